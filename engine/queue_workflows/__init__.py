@@ -1,0 +1,48 @@
+"""queue_workflows: a Postgres-as-queue workflow engine.
+
+    import queue_workflows
+    queue_workflows.configure(db_url_env="MY_DB_URL")
+    queue_workflows.db.bootstrap()
+    queue_workflows.claim_worker.main(["--queue", "fetch"])
+"""
+
+from __future__ import annotations
+
+from . import claim_worker, db, node_queue, reclaim
+from .config import EngineConfig, configure, current
+from .errors import (
+    ConfigError,
+    InvalidNameError,
+    InvalidPayloadError,
+    MigrationError,
+    QueueWorkflowsError,
+    ReservedQueueError,
+    SchemaNotReadyError,
+    UnknownQueueError,
+    UnknownTaskError,
+)
+from .settings import Settings
+from .tasks import register_ingest_task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "EngineConfig",
+    "InvalidNameError",
+    "InvalidPayloadError",
+    "MigrationError",
+    "QueueWorkflowsError",
+    "ReservedQueueError",
+    "SchemaNotReadyError",
+    "Settings",
+    "UnknownQueueError",
+    "UnknownTaskError",
+    "claim_worker",
+    "configure",
+    "current",
+    "db",
+    "node_queue",
+    "reclaim",
+    "register_ingest_task",
+]

@@ -1,0 +1,31 @@
+"""Exponential backoff with jitter; pure, so tests drive it with a fixed random source."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Backoff:
+    initial: float = 0.1
+    maximum: float = 5.0
+    factor: float = 2.0
+    jitter: float = 0.2
+    random_fn: Callable[[], float] = random.random
+    attempt: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial <= self.maximum or self.factor < 1 or not 0 <= self.jitter < 1:
+            raise ValueError(f"invalid backoff: {self!r}")
+
+    def next_delay(self) -> float:
+        """The delay before the next try; grows by `factor` up to `maximum`, +/- `jitter`."""
+        base = min(self.maximum, self.initial * self.factor**self.attempt)
+        self.attempt += 1
+        spread = base * self.jitter * (2 * self.random_fn() - 1)
+        return max(0.0, min(self.maximum, base + spread))
+
+    def reset(self) -> None:
+        self.attempt = 0

@@ -1,0 +1,92 @@
+"""Row-level operations shared by both job tables: claim, lease, terminal marks, reclaim."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from . import db, queries
+from .queries import JobTable
+
+# Advisory-lock namespace (first int4 key) for worker sessions; the second key is the worker's lock_key.
+WORKER_LOCK_NAMESPACE = 0x5157
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who claims: the worker id stamped into `claimed_by` and the session lock it holds."""
+
+    worker_id: str
+    lock_key: int
+
+
+def claim(
+    conn: psycopg.Connection,
+    table: JobTable,
+    queue: str,
+    claimant: Claimant,
+    *,
+    lease_seconds: float,
+    claim_order: str,
+    current_model: str | None = None,
+    with_affinity: bool = False,
+) -> Row | None:
+    statement = queries.claim_query(table, claim_order, with_affinity)
+    params = {
+        "queue": queue,
+        "worker_id": claimant.worker_id,
+        "lock_key": claimant.lock_key,
+        "lease_seconds": lease_seconds,
+        "current_model": current_model,
+    }
+    with db.transaction(conn) as c:
+        return c.execute(statement, params).fetchone()
+
+
+def mark(
+    table: JobTable,
+    outcome: str,
+    job_id: int,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    worker_id: str | None = None,
+    conn: psycopg.Connection | None = None,
+) -> Row | None:
+    """`outcome` is 'completed' or 'failed'; None when the row is already terminal (or no longer ours)."""
+    params = {"job_id": job_id, "worker_id": worker_id, "result": result, "error": error}
+    with db.transaction(conn) as c:
+        return c.execute(queries.query(f"mark_{outcome}", table), params).fetchone()
+
+
+def release(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str) -> bool:
+    with db.transaction(conn) as c:
+        return c.execute(queries.query("release_job", table), {"job_id": job_id, "worker_id": worker_id}).fetchone() is not None
+
+
+def renew_lease(conn: psycopg.Connection, table: JobTable, job_id: int, worker_id: str, lease_seconds: float) -> bool:
+    params = {"job_id": job_id, "worker_id": worker_id, "lease_seconds": lease_seconds}
+    with db.transaction(conn) as c:
+        return c.execute(queries.query("renew_lease", table), params).fetchone() is not None
+
+
+def reclaim_orphans(conn: psycopg.Connection, table: JobTable, *, session_grace_seconds: float) -> list[Row]:
+    params = {"lock_namespace": WORKER_LOCK_NAMESPACE, "session_grace_seconds": session_grace_seconds}
+    with db.transaction(conn) as c:
+        return c.execute(queries.query("reclaim_orphans", table), params).fetchall()
+
+
+def queue_counts(conn: psycopg.Connection, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, int]]:
+    counts = {q: {"queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0} for q in sorted(queues)}
+    for row in conn.execute(queries.query("queue_counts", table)):
+        if row["queue"] in counts and row["status"] in counts[row["queue"]]:
+            counts[row["queue"]][row["status"]] = row["n"]
+    params = {"lock_namespace": WORKER_LOCK_NAMESPACE, "stale_after_seconds": stale_after_seconds}
+    for row in conn.execute(queries.query("live_workers"), params):
+        if row["queue"] in counts:
+            counts[row["queue"]]["workers"] = row["n"]
+    return counts

@@ -1,0 +1,206 @@
+"""Queue operations: enqueue, claim, terminal marks and snapshots for both job families.
+
+Node jobs (DAG, queues ``cpu``/``gpu``) live in ``workflow_node_jobs``; ingest jobs
+(host-defined queues) in ``ingest_jobs``. Every enqueue takes an optional caller
+connection so the row and its NOTIFY commit with the caller's own writes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+
+from . import config, db, jobstore, queries, tasks
+from .errors import InvalidNameError, InvalidPayloadError, ReservedQueueError, UnknownQueueError
+from .jobstore import Claimant, Row
+from .payloads import json_object
+from .settings import QUEUE_NAME_RE, RESERVED_QUEUES
+
+NODE_TABLE = "workflow_node_jobs"
+INGEST_TABLE = "ingest_jobs"
+NODE_QUEUES = RESERVED_QUEUES
+_NODE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+_PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+__all__ = [
+    "Claimant",
+    "check_ingest_queue",
+    "claim_ingest_job",
+    "claim_node_job",
+    "enqueue_ingest_job",
+    "enqueue_node_job",
+    "ingest_snapshot",
+    "mark_completed",
+    "mark_failed",
+    "mark_ingest_completed",
+    "mark_ingest_failed",
+    "snapshot",
+]
+
+
+def check_ingest_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        raise InvalidNameError(f"queue name {queue!r} is invalid: lowercase letters, digits and _, max 32")
+    if queue in RESERVED_QUEUES:
+        raise ReservedQueueError(f"queue {queue!r} is reserved for DAG node jobs; ingest jobs use one of the configured ingest queues")
+    known = config.current().settings.ingest_queues
+    if queue not in known:
+        raise UnknownQueueError(f"unknown ingest queue {queue!r} (configured: {', '.join(sorted(known))}; see QW_INGEST_QUEUES)")
+    return queue
+
+
+def check_node_queue(queue: object) -> str:
+    if queue not in NODE_QUEUES:
+        raise UnknownQueueError(f"unknown node queue {queue!r}: node jobs run on 'cpu' or 'gpu'")
+    return queue  # type: ignore[return-value]
+
+
+def _check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not _PRIORITY_RANGE[0] <= priority <= _PRIORITY_RANGE[1]:
+        raise InvalidPayloadError(f"priority must be a 32-bit integer, not {priority!r}")
+    return priority
+
+
+def _check_max_attempts(max_attempts: int | None) -> int:
+    value = config.current().settings.max_attempts if max_attempts is None else max_attempts
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+        raise InvalidPayloadError(f"max_attempts must be an integer from 1 to 1000, not {value!r}")
+    return value
+
+
+def enqueue_ingest_job(
+    task_name: str,
+    queue: str,
+    args: dict[str, Any] | None = None,
+    *,
+    reason: str = "manual",
+    priority: int = 0,
+    max_attempts: int | None = None,
+    conn: psycopg.Connection | None = None,
+) -> Row:
+    """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction."""
+    tasks.check_task_name(task_name)
+    tasks.get_ingest_task(task_name)
+    check_ingest_queue(queue)
+    if not isinstance(reason, str) or not 0 < len(reason) <= 200:
+        raise InvalidPayloadError(f"reason must be a non-empty string of at most 200 characters, not {reason!r}")
+    params = {
+        "task_name": task_name,
+        "queue": queue,
+        "args": json_object(args, what="args", max_bytes=config.current().settings.max_payload_bytes),
+        "reason": reason,
+        "priority": _check_priority(priority),
+        "max_attempts": _check_max_attempts(max_attempts),
+    }
+    with db.transaction(conn) as c:
+        row = c.execute(queries.query("enqueue_ingest_job"), params).fetchone()
+    assert row is not None
+    return row
+
+
+def enqueue_node_job(
+    node_name: str,
+    queue: str,
+    *,
+    run_id: int | None = None,
+    node_module: str | None = None,
+    inputs: dict[str, Any] | None = None,
+    priority: int = 0,
+    required_model: str | None = None,
+    max_attempts: int | None = None,
+    conn: psycopg.Connection | None = None,
+) -> Row:
+    """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction."""
+    check_node_queue(queue)
+    for label, value in (("node_name", node_name), ("node_module", node_module), ("required_model", required_model)):
+        if value is None and label != "node_name":
+            continue
+        if not isinstance(value, str) or not _NODE_NAME_RE.match(value):
+            raise InvalidNameError(f"{label} {value!r} is invalid: letters, digits and _ . : - (max 128)")
+    if run_id is not None and (isinstance(run_id, bool) or not isinstance(run_id, int)):
+        raise InvalidPayloadError(f"run_id must be an integer, not {run_id!r}")
+    params = {
+        "run_id": run_id,
+        "node_name": node_name,
+        "node_module": node_module,
+        "queue": queue,
+        "priority": _check_priority(priority),
+        "required_model": required_model,
+        "inputs": json_object(inputs, what="inputs", max_bytes=config.current().settings.max_payload_bytes),
+        "max_attempts": _check_max_attempts(max_attempts),
+    }
+    with db.transaction(conn) as c:
+        row = c.execute(queries.query("enqueue_node_job"), params).fetchone()
+    assert row is not None
+    return row
+
+
+def claim_node_job(
+    queue: str, claimant: Claimant, *, current_model: str | None = None, conn: psycopg.Connection | None = None
+) -> Row | None:
+    """Claim the next node job; gpu claims prefer jobs for `current_model`."""
+    settings = config.current().settings
+    return jobstore.claim(
+        conn,  # type: ignore[arg-type]
+        NODE_TABLE,
+        check_node_queue(queue),
+        claimant,
+        lease_seconds=settings.lease_seconds,
+        claim_order=settings.claim_order,
+        current_model=current_model,
+        with_affinity=queue == "gpu",
+    )
+
+
+def claim_ingest_job(queue: str, claimant: Claimant, *, conn: psycopg.Connection | None = None) -> Row | None:
+    settings = config.current().settings
+    return jobstore.claim(
+        conn,  # type: ignore[arg-type]
+        INGEST_TABLE,
+        check_ingest_queue(queue),
+        claimant,
+        lease_seconds=settings.lease_seconds,
+        claim_order=settings.claim_order,
+    )
+
+
+def _result(value: Any, what: str) -> Any:
+    return json_object(value, what=what, max_bytes=config.current().settings.max_payload_bytes, allow_none=True)
+
+
+def mark_completed(job_id: int, context_delta: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+    """Complete a node job; None when it is already terminal (or, with `worker_id`, no longer that worker's)."""
+    payload = _result(context_delta, "context_delta")
+    return jobstore.mark(NODE_TABLE, "completed", job_id, result=payload, worker_id=worker_id, conn=conn)
+
+
+def mark_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+    return jobstore.mark(NODE_TABLE, "failed", job_id, error=str(error), worker_id=worker_id, conn=conn)
+
+
+def mark_ingest_completed(job_id: int, result: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+    payload = _result(result, "result")
+    return jobstore.mark(INGEST_TABLE, "completed", job_id, result=payload, worker_id=worker_id, conn=conn)
+
+
+def mark_ingest_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+    return jobstore.mark(INGEST_TABLE, "failed", job_id, error=str(error), worker_id=worker_id, conn=conn)
+
+
+def _snapshot(table: str, queues: frozenset[str]) -> dict[str, Any]:
+    settings = config.current().settings
+    with db.transaction() as conn:
+        counts = jobstore.queue_counts(conn, table, queues, stale_after_seconds=3 * settings.heartbeat_seconds)  # type: ignore[arg-type]
+    return {"queues": counts}
+
+
+def snapshot() -> dict[str, Any]:
+    """`{"queues": {cpu|gpu: {queued, running, completed, failed, workers}}}`."""
+    return _snapshot(NODE_TABLE, NODE_QUEUES)
+
+
+def ingest_snapshot() -> dict[str, Any]:
+    """The same shape for every configured ingest queue."""
+    return _snapshot(INGEST_TABLE, config.current().settings.ingest_queues)

@@ -1,0 +1,66 @@
+"""Named SQL from `sql/*.sql`, composed only with fixed identifiers and fragments."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+from psycopg import sql
+
+_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+JobTable = Literal["workflow_node_jobs", "ingest_jobs"]
+RESULT_COLUMN: dict[str, str] = {"workflow_node_jobs": "context_delta", "ingest_jobs": "result"}
+
+PRIORITY_ORDER = {
+    "highest_first": sql.SQL("priority DESC"),
+    "lowest_first": sql.SQL("priority ASC"),
+}
+# Warm-model affinity: a job for the model this worker already holds sorts first.
+MODEL_AFFINITY = sql.SQL("(required_model IS NOT DISTINCT FROM %(current_model)s) DESC")
+CREATED_ORDER = sql.SQL("id ASC")
+
+
+def parse_named_queries(text: str) -> dict[str, str]:
+    parts = _NAME_RE.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        queries[name] = "\n".join(lines).strip().rstrip(";")
+    return queries
+
+
+@cache
+def _all() -> dict[str, str]:
+    text = resources.files("queue_workflows.sql").joinpath("queries.sql").read_text()
+    return parse_named_queries(text)
+
+
+def raw(name: str) -> str:
+    return _all()[name]
+
+
+@cache
+def query(name: str, table: JobTable | None = None) -> sql.Composed | sql.SQL:
+    """A named query, with `{table}`/`{result_column}` bound when it is per job table."""
+    text = sql.SQL(raw(name))  # type: ignore[arg-type]
+    if table is None:
+        return text
+    if table not in RESULT_COLUMN:
+        raise ValueError(f"unknown job table {table!r}")
+    return text.format(table=sql.Identifier(table), result_column=sql.Identifier(RESULT_COLUMN[table]))
+
+
+@cache
+def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.Composed:
+    """The claim statement; ORDER BY is assembled only from the fixed fragments above."""
+    if claim_order not in PRIORITY_ORDER:
+        raise ValueError(f"claim order must be one of {sorted(PRIORITY_ORDER)}, not {claim_order!r}")
+    order = [PRIORITY_ORDER[claim_order]]
+    if with_affinity:
+        order.append(MODEL_AFFINITY)
+    order.append(CREATED_ORDER)
+    text = sql.SQL(raw("claim_job"))  # type: ignore[arg-type]
+    return text.format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order))

@@ -1,0 +1,119 @@
+"""A worker's database session: one connection that LISTENs and holds the worker's advisory lock.
+
+The lock is how the rest of the cluster knows the worker is alive: Postgres drops it the
+instant the connection closes, so a dead process frees its job without waiting for a lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+
+from . import db, queries
+from .backoff import Backoff
+from .jobstore import WORKER_LOCK_NAMESPACE
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class SessionClosed(Exception):
+    """The worker is stopping; the operation was abandoned while reconnecting."""
+
+
+class WorkerSession:
+    def __init__(
+        self,
+        channel: str,
+        *,
+        url: str,
+        stop_event: threading.Event,
+        backoff: Backoff | None = None,
+        sleep_fn: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.channel = channel
+        self.url = url
+        self.stop_event = stop_event
+        self.backoff = backoff or Backoff()
+        self.sleep_fn = sleep_fn
+        self.lock_key: int | None = None
+        self.reconnects = 0
+        self._conn: psycopg.Connection | None = None
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._connect_until_ready()
+        assert self._conn is not None
+        return self._conn
+
+    def _open_once(self) -> psycopg.Connection:
+        conn = db.connect(autocommit=True, url=self.url)
+        try:
+            if self.lock_key is None:
+                row = conn.execute(queries.query("next_worker_lock_key")).fetchone()
+                self.lock_key = int(row["lock_key"])  # type: ignore[index]
+            got = conn.execute(
+                queries.query("acquire_session_lock"),
+                {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": self.lock_key},
+            ).fetchone()
+            if not got or not got["acquired"]:
+                raise psycopg.OperationalError(f"worker session lock {self.lock_key} is held by another session")
+            conn.execute(f"LISTEN {self.channel}")  # channel is one of two fixed names
+            return conn
+        except BaseException:
+            conn.close()
+            raise
+
+    def _connect_until_ready(self) -> None:
+        self.close()
+        while True:
+            if self.stop_event.is_set():
+                raise SessionClosed("worker stopping")
+            try:
+                self._conn = self._open_once()
+                if self.backoff.attempt:
+                    self.reconnects += 1
+                    log.warning("database session restored (lock %s) after %d tries", self.lock_key, self.backoff.attempt)
+                self.backoff.reset()
+                return
+            except psycopg.OperationalError as exc:
+                delay = self.backoff.next_delay()
+                log.warning("database unavailable (%s); retrying in %.2fs", str(exc).strip().splitlines()[0], delay)
+                self.sleep_fn(delay)
+
+    def run(self, fn: Callable[[psycopg.Connection], T], *, retry: bool = True) -> T:
+        """Run `fn(conn)`, reconnecting and retrying when the connection is lost."""
+        while True:
+            conn = self.conn
+            try:
+                return fn(conn)
+            except psycopg.OperationalError as exc:
+                log.warning("lost database session: %s", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                self.close()
+                if not retry:
+                    raise
+
+    def wait(self, timeout: float, payload: str) -> bool:
+        """Block up to `timeout` for a NOTIFY with `payload`; False on timeout."""
+
+        def _wait(conn: psycopg.Connection) -> bool:
+            for notice in conn.notifies(timeout=timeout):
+                if notice.payload == payload:
+                    return True
+            return False
+
+        return self.run(_wait)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass

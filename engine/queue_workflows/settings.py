@@ -1,0 +1,114 @@
+"""The one settings model: environment, `.env` and Docker secrets, prefix ``QW_``."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .errors import ConfigError
+
+ENV_PREFIX = "QW_"
+RESERVED_QUEUES = frozenset({"cpu", "gpu"})
+QUEUE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+SECRETS_DIR = "/run/secrets"
+
+
+def _default_host_label() -> str:
+    name = socket.gethostname().split(".")[0] or "localhost"
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:63]
+
+
+class Settings(BaseSettings):
+    """Immutable runtime settings; build a new one rather than mutating it."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        extra="ignore",
+        frozen=True,
+        secrets_dir=SECRETS_DIR if os.path.isdir(SECRETS_DIR) else None,
+    )
+
+    database_url: str | None = None
+    host_label: str = Field(default_factory=_default_host_label)
+    app: str | None = Field(default=None, description="module imported by workers to register tasks")
+
+    lease_seconds: float = Field(default=30.0, gt=0)
+    lease_renew_seconds: float = Field(default=10.0, gt=0)
+    heartbeat_seconds: float = Field(default=10.0, gt=0)
+    poll_seconds: float = Field(default=1.0, gt=0)
+    reclaim_interval_seconds: float = Field(default=0.5, gt=0)
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    schema_wait_seconds: float = Field(default=60.0, ge=0)
+
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+    max_payload_bytes: int = Field(default=1_048_576, gt=0)
+    claim_order: Literal["highest_first", "lowest_first"] = "highest_first"
+
+    ingest_queues: Annotated[frozenset[str], NoDecode] = frozenset({"fetch", "load"})
+    ingest_default_budget_s: float = Field(default=3600.0, gt=0)
+
+    pool_max_size: int = Field(default=4, ge=1, le=100)
+    data_dir: Path = Path(".qw")
+
+    @field_validator("ingest_queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("ingest_queues")
+    @classmethod
+    def _check_queues(cls, value: frozenset[str]) -> frozenset[str]:
+        if not value:
+            raise ValueError("at least one ingest queue is required")
+        for name in sorted(value):
+            if name in RESERVED_QUEUES:
+                raise ValueError(f"{name!r} is reserved for DAG node jobs; pick another ingest queue name")
+            if not QUEUE_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid queue name (lowercase letters, digits, _; max 32)")
+        return value
+
+    @field_validator("host_label")
+    @classmethod
+    def _check_host_label(cls, value: str) -> str:
+        if not HOST_LABEL_RE.match(value):
+            raise ValueError(f"{value!r} is not a valid host label (letters, digits, '.', '_', '-'; max 63)")
+        return value
+
+    @model_validator(mode="after")
+    def _check_lease(self) -> "Settings":
+        if self.lease_renew_seconds >= self.lease_seconds:
+            raise ValueError(
+                f"lease_renew_seconds ({self.lease_renew_seconds}) must be shorter than "
+                f"lease_seconds ({self.lease_seconds}) or every lease lapses before renewal"
+            )
+        return self
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment plus explicit overrides, as a ConfigError on bad input."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err["loc"] else ""
+        name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+        message = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        suffix = f" (got {got!r})" if field and not isinstance(got, dict) else ""
+        problems.append(f"{name}: {message}{suffix}")
+    return "invalid configuration: " + "; ".join(problems)

@@ -1,0 +1,123 @@
+-- Named queries. `{table}`, `{result_column}` and `{order_by}` are filled only with
+-- fixed identifiers and fragments from queue_workflows.queries; values are parameters.
+
+-- name: enqueue_ingest_job
+INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts)
+VALUES (%(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s)
+RETURNING *;
+
+-- name: enqueue_node_job
+INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, priority, required_model, inputs, max_attempts)
+VALUES (%(run_id)s, %(node_name)s, %(node_module)s, %(queue)s, %(priority)s, %(required_model)s, %(inputs)s, %(max_attempts)s)
+RETURNING *;
+
+-- name: claim_job
+UPDATE {table} AS j
+   SET status = 'running',
+       claimed_by = %(worker_id)s,
+       claim_lock_key = %(lock_key)s,
+       attempts = j.attempts + 1,
+       lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       started_at = now(),
+       updated_at = now()
+ WHERE j.id = (
+        SELECT id
+          FROM {table}
+         WHERE status = 'queued' AND queue = %(queue)s
+         ORDER BY {order_by}
+           FOR UPDATE SKIP LOCKED
+         LIMIT 1)
+RETURNING j.*;
+
+-- name: mark_completed
+UPDATE {table}
+   SET status = 'completed', {result_column} = %(result)s, error = NULL,
+       lease_expires_at = NULL, finished_at = now(), updated_at = now()
+ WHERE id = %(job_id)s
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (%(worker_id)s::text IS NULL OR (claimed_by = %(worker_id)s AND status = 'running'))
+RETURNING *;
+
+-- name: mark_failed
+UPDATE {table}
+   SET status = 'failed', error = %(error)s,
+       lease_expires_at = NULL, finished_at = now(), updated_at = now()
+ WHERE id = %(job_id)s
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (%(worker_id)s::text IS NULL OR (claimed_by = %(worker_id)s AND status = 'running'))
+RETURNING *;
+
+-- name: release_job
+-- Hand a running job back untouched (graceful stop): the attempt is not charged.
+UPDATE {table}
+   SET status = 'queued', claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL,
+       attempts = greatest(attempts - 1, 0), started_at = NULL, updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+RETURNING id;
+
+-- name: renew_lease
+UPDATE {table}
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s), updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+RETURNING id;
+
+-- name: reclaim_orphans
+-- The one recovery path for a running job whose worker is gone: its session's
+-- advisory lock is no longer held (process died), or its lease lapsed (host vanished).
+-- Right after a Postgres restart every session is new, so only leases count until
+-- the server has been up for the grace period.
+WITH live_sessions AS (
+    SELECT l.objid::bigint AS lock_key
+      FROM pg_locks l
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+       AND l.classid::bigint = %(lock_namespace)s
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+), orphans AS (
+    SELECT j.id, j.claimed_by
+      FROM {table} j
+     WHERE j.status = 'running'
+       AND (j.lease_expires_at < now()
+            OR (pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s)
+                AND j.claim_lock_key IS NOT NULL
+                AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM live_sessions)))
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {table} j
+   SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+       error = CASE WHEN j.attempts >= j.max_attempts
+                    THEN format('abandoned after %%s attempts: worker %%s died or lost its lease', j.attempts, o.claimed_by)
+                    ELSE j.error END,
+       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL, updated_at = now()
+  FROM orphans o
+ WHERE j.id = o.id
+RETURNING j.id, j.queue, j.status, j.attempts, o.claimed_by AS lost_by;
+
+-- name: queue_counts
+SELECT queue, status, count(*) AS n FROM {table} GROUP BY queue, status;
+
+-- name: live_workers
+SELECT h.queue, count(*) AS n
+  FROM worker_heartbeats h
+ WHERE h.last_seen > now() - make_interval(secs => %(stale_after_seconds)s)
+   AND EXISTS (SELECT 1 FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                  AND l.classid::bigint = %(lock_namespace)s AND l.objid::bigint = h.lock_key
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+ GROUP BY h.queue;
+
+-- name: next_worker_lock_key
+SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
+
+-- name: acquire_session_lock
+SELECT pg_try_advisory_lock(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
+
+-- name: upsert_heartbeat
+INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, last_seen)
+VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s, now())
+ON CONFLICT (worker_id) DO UPDATE
+   SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id,
+       lock_key = EXCLUDED.lock_key, last_seen = now();
+
+-- name: delete_heartbeat
+DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
