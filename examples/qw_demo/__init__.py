@@ -1,0 +1,47 @@
+"""The demo application `qw dev` runs: a few ingest tasks and a cpu node, registered at import."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from typing import Any
+
+from queue_workflows import node_queue, register_ingest_task
+
+
+def fetch_page(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Pretend to download a page: a short wait and a content hash."""
+    time.sleep(random.uniform(0.02, 0.15))
+    url = args.get("url", "about:blank")
+    return {"url": url, "sha256": hashlib.sha256(url.encode()).hexdigest()[:16], "reason": reason}
+
+
+def load_rows(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    rows = [int(x) for x in args.get("rows", [])]
+    time.sleep(0.01 * len(rows))
+    return {"loaded": len(rows), "total": sum(rows)}
+
+
+def heartbeat(reason: str) -> dict[str, Any]:
+    return {"ok": True, "reason": reason}
+
+
+register_ingest_task("demo.fetch_page", fetch_page)
+register_ingest_task("demo.load_rows", load_rows)
+register_ingest_task("demo.heartbeat", heartbeat)
+
+
+def enqueue_demo(per_queue: int, *, queues: list[str]) -> dict[str, list[int]]:
+    """Enqueue `per_queue` jobs on each ingest queue and on the cpu node queue; returns ids per table."""
+    ingest: list[int] = []
+    nodes: list[int] = []
+    for i in range(per_queue):
+        for queue in queues:
+            if queue == "load":
+                row = node_queue.enqueue_ingest_job("demo.load_rows", queue, {"rows": list(range(i % 7))}, reason="demo")
+            else:
+                row = node_queue.enqueue_ingest_job("demo.fetch_page", queue, {"url": f"https://example.invalid/{i}"}, reason="demo")
+            ingest.append(row["id"])
+        nodes.append(node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": i})["id"])
+    return {node_queue.INGEST_TABLE: ingest, node_queue.NODE_TABLE: nodes}

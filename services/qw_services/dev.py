@@ -1,0 +1,147 @@
+"""`qw dev`: orchestrator + one worker per queue for the demo app, on one machine.
+
+Uses QW_DATABASE_URL, or starts an embedded Postgres under QW_DATA_DIR when unset.
+Enqueues demo work, shows it completing, and keeps serving until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import queue_workflows
+from queue_workflows import db, node_queue
+
+from .runtime import setup_logging, stop_on_signals
+
+log = logging.getLogger("queue_workflows.dev")
+
+DEMO_APP = "qw_demo"
+
+
+@dataclass
+class Child:
+    role: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = field(default=0)
+
+
+class Supervisor:
+    """Starts children, restarts one that dies, and stops them all on request."""
+
+    def __init__(self, env: dict[str, str], grace: float) -> None:
+        self.env = env
+        self.grace = grace
+        self.children: list[Child] = []
+
+    def add(self, role: str, module: str, *args: str) -> None:
+        child = Child(role, [sys.executable, "-m", module, *args])
+        self.children.append(child)
+        self._start(child)
+
+    def _start(self, child: Child) -> None:
+        child.proc = subprocess.Popen(child.argv, env=self.env)
+        log.info("started %s (pid %d)", child.role, child.proc.pid)
+
+    def check(self) -> None:
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is not None:
+                child.restarts += 1
+                log.warning("%s exited with %s; restarting (restart #%d)", child.role, child.proc.returncode, child.restarts)
+                self._start(child)
+
+    def stop_all(self) -> None:
+        live = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]
+        for proc in live:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("pid %d did not stop in %.0fs; killing it", proc.pid, self.grace)
+                proc.kill()
+                proc.wait()
+
+
+def _database_url(data_dir: Any) -> tuple[str, Any]:
+    url = os.environ.get("QW_DATABASE_URL")
+    if url:
+        return url, None
+    from .embedded import start_embedded_postgres
+
+    return start_embedded_postgres(data_dir)
+
+
+def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
+    totals = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
+    with db.transaction() as conn:
+        for table, ids in job_ids.items():
+            rows = conn.execute(
+                f"SELECT status, count(*) AS n FROM {table} WHERE id = ANY(%s) GROUP BY status",  # table is a fixed name
+                (ids,),
+            ).fetchall()
+            for row in rows:
+                totals[row["status"]] = totals.get(row["status"], 0) + row["n"]
+    return totals
+
+
+def run(*, jobs: int, exit_when_done: bool, timeout: float) -> int:
+    setup_logging("qw-dev")
+    settings = queue_workflows.Settings()
+    url, server = _database_url(settings.data_dir)
+    env = dict(os.environ, QW_DATABASE_URL=url)
+    env.setdefault("QW_APP", DEMO_APP)
+    os.environ.update(QW_DATABASE_URL=url, QW_APP=env["QW_APP"])
+    config = queue_workflows.configure()
+
+    supervisor = Supervisor(env, grace=config.settings.shutdown_grace_seconds + 5)
+    stopping = stop_on_signals(lambda: None)
+    supervisor.add("orchestrator", "qw_services.orchestrator")
+    queues = ["cpu", *sorted(config.settings.ingest_queues)]
+    for queue in queues:
+        supervisor.add(f"worker-{queue}", "qw_services.worker", f"--queue={queue}")
+    try:
+        db.wait_for_schema(timeout=60)
+        import qw_demo
+
+        started = time.monotonic()
+        job_ids = qw_demo.enqueue_demo(jobs, queues=sorted(config.settings.ingest_queues))
+        total = sum(len(ids) for ids in job_ids.values())
+        print(f"qw dev: enqueued {total} demo jobs on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
+        finished = False
+        while not stopping.is_set():
+            supervisor.check()
+            totals = _demo_totals(job_ids)
+            done = totals["completed"] + totals["failed"]
+            if not finished:
+                print(
+                    f"qw dev: {done}/{total} done  (queued {totals['queued']}, running {totals['running']}, "
+                    f"completed {totals['completed']}, failed {totals['failed']})",
+                    flush=True,
+                )
+            if done == total and not finished:
+                finished = True
+                queues_now = {**node_queue.snapshot()["queues"], **node_queue.ingest_snapshot()["queues"]}
+                print(f"qw dev: demo finished in {time.monotonic() - started:.1f}s: {queues_now}", flush=True)
+                if exit_when_done:
+                    break
+            if not finished and time.monotonic() - started > timeout:
+                print(f"qw dev: demo did not finish within {timeout:.0f}s", flush=True)
+                return 1
+            stopping.wait(1.0)
+        return 0 if finished or stopping.is_set() else 1
+    finally:
+        print("qw dev: stopping workers and orchestrator", flush=True)
+        supervisor.stop_all()
+        db.close_pools()
+        if server is not None:
+            print("qw dev: stopping embedded Postgres", flush=True)
+            server._cleanup()  # stop now rather than at interpreter exit

@@ -1,0 +1,133 @@
+"""Test Postgres, in order: QW_TEST_DATABASE_URL; a testcontainers Postgres when a Docker
+engine answers and has the image locally; otherwise an embedded pgserver.
+
+The session gets its own database with the engine chain and the test app's chain applied;
+each test starts from truncated tables and a fresh engine configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+import queue_workflows
+from queue_workflows import config, db, tasks
+
+from procs import Procs
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+TESTS_DIR = Path(__file__).resolve().parent
+APP_MIGRATIONS = TESTS_DIR / "app_migrations"
+APP_VERSION_TABLE = "test_app_schema_version"
+TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
+TRUNCATE = "TRUNCATE ingest_jobs, workflow_node_jobs, workflow_runs, worker_heartbeats, test_executions RESTART IDENTITY CASCADE"
+DOCKER_IMAGE = os.environ.get("QW_TEST_PG_IMAGE", "postgres:16-alpine")
+
+
+def _testcontainers_url() -> tuple[str, object] | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        client.images.get(DOCKER_IMAGE)  # never pull: an air-gapped engine would hang on it
+    except Exception:  # noqa: BLE001 - no engine, no image: fall through to pgserver
+        return None
+    try:
+        from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer(DOCKER_IMAGE, driver=None)
+        container.start()
+        return container.get_connection_url(), container
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"Docker answered but the Postgres container did not start ({exc}); using pgserver")
+        return None
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("QW_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    found = _testcontainers_url()
+    if found is not None:
+        url, container = found
+        yield url
+        container.stop()  # type: ignore[attr-defined]
+        return
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    yield server.get_uri()
+    server._cleanup()
+
+
+def _create_database(server_url: str, prefix: str) -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return conninfo.make_conninfo(server_url, dbname=name)
+
+
+def _drop_database(server_url: str, url: str) -> None:
+    name = conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
+
+
+@pytest.fixture(scope="session")
+def session_database_url(pg_server_url: str) -> Iterator[str]:
+    url = _create_database(pg_server_url, "qw_test")
+    db.bootstrap(url=url)
+    db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
+    yield url
+    db.close_pools()
+    _drop_database(pg_server_url, url)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_engine_state() -> Iterator[None]:
+    config.reset()
+    tasks.clear_ingest_tasks()
+    yield
+    config.reset()
+    tasks.clear_ingest_tasks()
+
+
+@pytest.fixture
+def database_url(session_database_url: str) -> str:
+    """The session database with every table empty and the engine configured to use it."""
+    with psycopg.connect(session_database_url, autocommit=True) as conn:
+        conn.execute(TRUNCATE)
+    queue_workflows.configure(database_url=session_database_url, ingest_queues=TEST_INGEST_QUEUES)
+    return session_database_url
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection]:
+    with db.connect(autocommit=True, url=database_url) as c:
+        yield c
+
+
+@pytest.fixture
+def scratch_database_url(pg_server_url: str) -> Iterator[str]:
+    """An empty database of its own, for migration tests."""
+    url = _create_database(pg_server_url, "qw_scratch")
+    yield url
+    _drop_database(pg_server_url, url)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    running = Procs(tmp_path)
+    yield running
+    running.stop_all()

@@ -1,0 +1,81 @@
+"""Real worker/orchestrator processes for multi-process tests, with bounded polling waits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def wait_until(predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last value: {value!r})")
+        time.sleep(interval)
+
+
+def service_env(database_url: str, **overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QW_")}
+    env.update(
+        QW_DATABASE_URL=database_url,
+        QW_APP="qw_test_app",
+        QW_INGEST_QUEUES="fetch,load,alpha,beta",
+        QW_LOG_LEVEL="INFO",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH", "")])),
+    )
+    env.update(overrides)
+    return env
+
+
+class Procs:
+    """Tracks every process a test starts and kills whatever is left at teardown."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{name}-{len(self.started)}.log", "wb")
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc.log_path = Path(log.name)  # type: ignore[attr-defined]
+        self.started.append(proc)
+        return proc
+
+    def worker(self, env: dict[str, str], queue: str, *extra: str) -> subprocess.Popen[bytes]:
+        return self._spawn(f"worker-{queue}", [sys.executable, "-m", "qw_services.worker", f"--queue={queue}", *extra], env)
+
+    def orchestrator(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        return self._spawn("orchestrator", [sys.executable, "-m", "qw_services.orchestrator"], env)
+
+    def logs(self) -> str:
+        parts = []
+        for proc in self.started:
+            path = getattr(proc, "log_path", None)
+            if path and path.exists():
+                parts.append(f"--- {path.name} (rc={proc.poll()}) ---\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(parts)
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.started:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,45 @@
+"""Tasks the multi-process tests run in real worker processes (imported via QW_APP)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psycopg
+
+from queue_workflows import config, register_ingest_task
+
+TEST_QUEUES = "fetch,load,alpha,beta"
+
+
+def _record(token: str) -> int:
+    """Log one execution of `token`; returns how many times it had run before."""
+    with psycopg.connect(config.current().database_url(), autocommit=True) as conn:
+        before = conn.execute("SELECT count(*) FROM test_executions WHERE token = %s", (token,)).fetchone()[0]
+        conn.execute("INSERT INTO test_executions (token, worker_pid) VALUES (%s, %s)", (token, os.getpid()))
+    return int(before)
+
+
+def noop(reason: str) -> dict[str, Any]:
+    return {}
+
+
+def record(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Record the run, then sleep `sleep` seconds (first run only when `first_run_sleep` is set)."""
+    token = str(args["token"])
+    before = _record(token)
+    delay = float(args.get("first_run_sleep", 0)) if before == 0 else 0.0
+    delay += float(args.get("sleep", 0))
+    if delay:
+        time.sleep(delay)
+    return {"token": token, "pid": os.getpid(), "previous_runs": before}
+
+
+def fail(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    raise RuntimeError(f"asked to fail: {args.get('why', 'no reason')}")
+
+
+register_ingest_task("noop", noop)
+register_ingest_task("record", record)
+register_ingest_task("fail", fail)
