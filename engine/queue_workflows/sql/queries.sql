@@ -64,8 +64,8 @@ RETURNING id;
 -- name: reclaim_orphans
 -- The one recovery path for a running job whose worker is gone: its session's
 -- advisory lock is no longer held (process died), or its lease lapsed (host vanished).
--- Right after a Postgres restart every session is new, so only leases count until
--- the server has been up for the grace period.
+-- A job claimed before the current server start lost its lock in the restart, not in
+-- a crash: its worker gets the grace period to reconnect and retake the lock.
 WITH live_sessions AS (
     SELECT l.objid::bigint AS lock_key
       FROM pg_locks l
@@ -77,7 +77,8 @@ WITH live_sessions AS (
       FROM {table} j
      WHERE j.status = 'running'
        AND (j.lease_expires_at < now()
-            OR (pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s)
+            OR ((j.started_at > pg_postmaster_start_time()
+                 OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
                 AND j.claim_lock_key IS NOT NULL
                 AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM live_sessions)))
        FOR UPDATE SKIP LOCKED

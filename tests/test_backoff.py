@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+
+from queue_workflows.backoff import Backoff
+
+
+def test_grows_geometrically_to_the_cap_without_jitter():
+    backoff = Backoff(initial=0.1, maximum=1.0, factor=2.0, jitter=0.0)
+    assert [round(backoff.next_delay(), 3) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    backoff.reset()
+    assert backoff.next_delay() == pytest.approx(0.1)
+
+
+def test_jitter_stays_within_its_band():
+    low = Backoff(initial=1.0, maximum=10.0, jitter=0.2, random_fn=lambda: 0.0)
+    high = Backoff(initial=1.0, maximum=10.0, jitter=0.2, random_fn=lambda: 1.0)
+    assert low.next_delay() == pytest.approx(0.8) and high.next_delay() == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize("kwargs", [{"initial": 0}, {"initial": 2, "maximum": 1}, {"factor": 0.5}, {"jitter": 1.0}])
+def test_nonsense_parameters_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        Backoff(**kwargs)

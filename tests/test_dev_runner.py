@@ -1,0 +1,86 @@
+"""The README's main command: `qw dev` on a machine with no database configured."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from procs import wait_until
+
+
+def _dev_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QW_")}
+    env.update(QW_DATA_DIR=str(tmp_path / "qwdata"), QW_LOG_LEVEL="WARNING", **extra)
+    return env
+
+
+def _postgres_running_under(data_dir: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] == "postgres" and any(str(data_dir) in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+@pytest.mark.multiprocess
+def test_qw_dev_runs_the_demo_on_an_embedded_postgres_and_stops_on_ctrl_c(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qw_services.cli", "dev", "--jobs", "4"],
+        env=_dev_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        wait_until(lambda: any("demo finished" in line for line in lines), timeout=90, what="the demo to finish")
+        finished = next(line for line in lines if "demo finished" in line)
+        assert "'failed': 0" in finished and "'completed': 4" in finished, finished
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len([c for c in children if "qw_services" in " ".join(c.cmdline())]) == 4  # orchestrator + cpu, fetch, load
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the whole group
+        assert proc.wait(timeout=60) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(timeout=5)
+    output = "".join(lines)
+    assert "stopping embedded Postgres" in output
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], output
+    wait_until(lambda: not _postgres_running_under(tmp_path / "qwdata"), timeout=20, what="embedded Postgres to stop")
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.multiprocess
+def test_qw_dev_uses_the_configured_database_and_can_exit_when_done(tmp_path, scratch_database_url):
+    done = subprocess.run(
+        [sys.executable, "-m", "qw_services.cli", "dev", "--jobs", "3", "--exit-when-done"],
+        env=_dev_env(tmp_path, QW_DATABASE_URL=scratch_database_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "9/9 done" in done.stdout and "embedded" not in done.stdout + done.stderr
+    assert not (tmp_path / "qwdata").exists()
+
+
+def test_bad_configuration_exits_2_naming_the_variable(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "qw_services.orchestrator"],
+        env=_dev_env(tmp_path, QW_DATABASE_URL="postgresql://x/y", QW_LEASE_SECONDS="forever"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "QW_LEASE_SECONDS" in done.stderr, done.stderr

@@ -1,0 +1,96 @@
+"""Contract 4: leases, not trust. A running job whose worker is gone returns to `queued`
+through `reclaim_orphans` and nothing else: at once when its session lock is gone,
+when its lease lapses when the host is merely unreachable."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+import queue_workflows
+from queue_workflows import db, node_queue, reclaim, register_ingest_task
+from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
+
+
+@pytest.fixture(autouse=True)
+def _task():
+    register_ingest_task("t", lambda reason: {})
+
+
+def hold_lock(url: str, key: int):
+    conn = db.connect(autocommit=True, url=url)
+    assert conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS ok", (WORKER_LOCK_NAMESPACE, key)).fetchone()["ok"]
+    return conn
+
+
+def status(conn, job_id: int) -> str:
+    return conn.execute("SELECT status FROM ingest_jobs WHERE id = %s", (job_id,)).fetchone()["status"]
+
+
+def test_a_live_session_keeps_its_job_and_a_dropped_one_loses_it_at_once(database_url, conn):
+    session = hold_lock(database_url, 7001)
+    node_queue.enqueue_ingest_job("t", "fetch")
+    job = node_queue.claim_ingest_job("fetch", Claimant("w", 7001))
+    assert reclaim.reclaim_orphans() == []
+    assert status(conn, job["id"]) == "running"
+    session.close()  # the worker process died: Postgres drops its lock
+    reclaimed = reclaim.reclaim_orphans()
+    assert [(r["id"], r["status"], r["lost_by"]) for r in reclaimed] == [(job["id"], "queued", "w")]
+    after = conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert (after["claimed_by"], after["claim_lock_key"], after["lease_expires_at"]) == (None, None, None)
+
+
+def test_a_vanished_host_with_an_open_session_is_caught_by_lease_expiry(database_url, conn):
+    session = hold_lock(database_url, 7002)
+    try:
+        node_queue.enqueue_node_job("n", "cpu")
+        job = node_queue.claim_node_job("cpu", Claimant("w", 7002))
+        assert reclaim.reclaim_orphans() == []
+        conn.execute("UPDATE workflow_node_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (job["id"],))
+        assert [r["id"] for r in reclaim.reclaim_orphans()] == [job["id"]]
+        assert conn.execute("SELECT status FROM workflow_node_jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "queued"
+    finally:
+        session.close()
+
+
+def test_jobs_claimed_before_a_server_restart_get_the_grace_period(database_url, conn):
+    queue_workflows.configure(database_url=database_url, ingest_queues=frozenset({"fetch"}), lease_seconds=3600)
+    node_queue.enqueue_ingest_job("t", "fetch")
+    job = node_queue.claim_ingest_job("fetch", Claimant("w", 7003))  # no session holds 7003
+    conn.execute("UPDATE ingest_jobs SET started_at = pg_postmaster_start_time() - interval '1 second' WHERE id = %s", (job["id"],))
+    assert reclaim.reclaim_orphans() == [], "a worker reconnecting after a restart must get time to retake its lock"
+    conn.execute("UPDATE ingest_jobs SET started_at = now() WHERE id = %s", (job["id"],))
+    assert [r["id"] for r in reclaim.reclaim_orphans()] == [job["id"]]
+
+
+def test_reclaim_fails_a_job_whose_attempts_are_spent(database_url, conn):
+    node_queue.enqueue_ingest_job("t", "fetch", max_attempts=2)
+    for attempt in (1, 2):
+        job = node_queue.claim_ingest_job("fetch", Claimant("w", 7004))
+        assert job["attempts"] == attempt
+        [got] = reclaim.reclaim_orphans()
+        assert got["status"] == ("queued" if attempt == 1 else "failed")
+    after = conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert after["status"] == "failed" and "abandoned after 2 attempts" in after["error"]
+    assert node_queue.claim_ingest_job("fetch", Claimant("w", 7004)) is None
+
+
+def test_claim_never_steals_an_orphaned_running_job(database_url, conn):
+    node_queue.enqueue_ingest_job("t", "fetch")
+    job = node_queue.claim_ingest_job("fetch", Claimant("dead", 7005))
+    conn.execute("UPDATE ingest_jobs SET lease_expires_at = now() - interval '1 hour' WHERE id = %s", (job["id"],))
+    assert node_queue.claim_ingest_job("fetch", Claimant("other", 7006)) is None
+    reclaim.reclaim_orphans()
+    assert node_queue.claim_ingest_job("fetch", Claimant("other", 7006))["id"] == job["id"]
+
+
+def test_only_reclaim_and_an_owners_release_put_a_running_job_back():
+    text = resources.files("queue_workflows.sql").joinpath("queries.sql").read_text()
+    blocks = re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]
+    set_clauses = {b.split()[0]: re.findall(r"\bSET\b(.*?)\bWHERE\b", b, flags=re.DOTALL) for b in blocks}
+    requeuers = {name for name, clauses in set_clauses.items() if any("'queued'" in c for c in clauses)}
+    assert requeuers == {"reclaim_orphans", "release_job"}
+    release = next(b for b in blocks if b.startswith("release_job"))
+    assert "claimed_by = %(worker_id)s" in release, "release must only hand back the caller's own job"

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+
+import queue_workflows
+from queue_workflows import config
+from queue_workflows.errors import ConfigError
+from queue_workflows.settings import load_settings
+
+
+def test_environment_with_qw_prefix_is_read(monkeypatch):
+    monkeypatch.setenv("QW_HOST_LABEL", "spark")
+    monkeypatch.setenv("QW_INGEST_QUEUES", "hydro, corrdiff")
+    monkeypatch.setenv("QW_LEASE_SECONDS", "12")
+    settings = load_settings()
+    assert (settings.host_label, settings.ingest_queues, settings.lease_seconds) == ("spark", frozenset({"hydro", "corrdiff"}), 12.0)
+
+
+def test_host_label_defaults_to_the_hostname(monkeypatch):
+    import socket
+
+    monkeypatch.delenv("QW_HOST_LABEL", raising=False)
+    assert load_settings().host_label == socket.gethostname().split(".")[0]
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("QW_LEASE_SECONDS", "soon", "QW_LEASE_SECONDS"),
+        ("QW_POLL_SECONDS", "0", "QW_POLL_SECONDS"),
+        ("QW_HOST_LABEL", "bad host/name", "QW_HOST_LABEL"),
+        ("QW_CLAIM_ORDER", "random", "QW_CLAIM_ORDER"),
+        ("QW_INGEST_QUEUES", "fetch,CPU!", "QW_INGEST_QUEUES"),
+        ("QW_LEASE_RENEW_SECONDS", "45", "lease_renew_seconds"),
+    ],
+)
+def test_a_bad_value_is_a_clear_error_naming_the_variable(monkeypatch, var, value, message):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=message):
+        load_settings()
+
+
+def test_db_url_env_selects_the_variable_holding_the_dsn(monkeypatch):
+    monkeypatch.setenv("MY_DB_URL", "postgresql://example/db")
+    monkeypatch.delenv("QW_DATABASE_URL", raising=False)
+    assert queue_workflows.configure(db_url_env="MY_DB_URL").database_url() == "postgresql://example/db"
+
+
+def test_missing_database_names_the_variable(monkeypatch):
+    monkeypatch.delenv("MY_DB_URL", raising=False)
+    monkeypatch.delenv("QW_DATABASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="MY_DB_URL: no database configured"):
+        queue_workflows.configure(db_url_env="MY_DB_URL").database_url()
+
+
+def test_current_configures_lazily_and_settings_are_immutable(monkeypatch):
+    monkeypatch.setenv("QW_HOST_LABEL", "lazy")
+    config.reset()
+    settings = config.current().settings
+    assert settings.host_label == "lazy"
+    with pytest.raises(Exception):
+        settings.host_label = "changed"  # type: ignore[misc]
