@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
+from psycopg import sql
 
 from . import db, queries
 from .backoff import Backoff
@@ -64,7 +65,7 @@ class WorkerSession:
             ).fetchone()
             if not got or not got["acquired"]:
                 raise psycopg.OperationalError(f"worker session lock {self.lock_key} is held by another session")
-            conn.execute(f"LISTEN {self.channel}")  # channel is one of two fixed names
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             return conn
         except BaseException:
             conn.close()

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg import sql
+
 import queue_workflows
 from queue_workflows import db, node_queue
 
@@ -84,10 +86,8 @@ def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
     totals = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
     with db.transaction() as conn:
         for table, ids in job_ids.items():
-            rows = conn.execute(
-                f"SELECT status, count(*) AS n FROM {table} WHERE id = ANY(%s) GROUP BY status",  # table is a fixed name
-                (ids,),
-            ).fetchall()
+            statement = sql.SQL("SELECT status, count(*) AS n FROM {} WHERE id = ANY(%s) GROUP BY status")
+            rows = conn.execute(statement.format(sql.Identifier(table)), (ids,)).fetchall()
             for row in rows:
                 totals[row["status"]] = totals.get(row["status"], 0) + row["n"]
     return totals
