@@ -8,6 +8,8 @@ each test starts from truncated tables and a fresh engine configuration.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -53,7 +55,7 @@ def _testcontainers_url() -> tuple[str, object] | None:
 
 
 @pytest.fixture(scope="session")
-def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server_url() -> Iterator[str]:
     url = os.environ.get("QW_TEST_DATABASE_URL")
     if url:
         yield url
@@ -66,9 +68,13 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     import pgserver
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    # Not under pytest's tmp dir: each new pytest session resets that to 0700, locking out the
+    # unprivileged user pgserver runs Postgres as when the tests run as root.
+    pgdata = Path(tempfile.mkdtemp(prefix="qw-test-pg-"))
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")
     yield server.get_uri()
     server._cleanup()
+    shutil.rmtree(pgdata, ignore_errors=True)
 
 
 def _create_database(server_url: str, prefix: str) -> str:

@@ -79,3 +79,55 @@ class Procs:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# --- helpers shared by the multi-process tests (test_multiprocess_*.py) ---------------------
+
+
+def query(url: str, statement: str, params: object = None) -> list[dict]:
+    """Run one statement on a fresh autocommit connection; rows as dicts ([] when none)."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
+        cur = conn.execute(statement, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def query_or_none(url: str, statement: str, params: object = None) -> list[dict] | None:
+    """Like `query`, but None while the server is unreachable (for polling across an outage)."""
+    import psycopg
+
+    try:
+        return query(url, statement, params)
+    except psycopg.OperationalError:
+        return None
+
+
+def pid_of(worker_id: str) -> int:
+    """The process id inside a worker id (`host:queue:pid:suffix`)."""
+    return int(worker_id.rsplit(":", 2)[1])
+
+
+def log_text(proc: subprocess.Popen[bytes]) -> str:
+    path = getattr(proc, "log_path", None)
+    return path.read_text(errors="replace") if path and path.exists() else ""
+
+
+def wait_for_log(proc: subprocess.Popen[bytes], text: str, *, timeout: float) -> None:
+    wait_until(lambda: text in log_text(proc) or proc.poll() is not None, timeout=timeout, what=f"{text!r} in the log")
+    assert text in log_text(proc), f"process exited (rc={proc.poll()}) before logging {text!r}:\n{log_text(proc)[-3000:]}"
+
+
+def wait_workers_ready(url: str, workers: list[subprocess.Popen[bytes]], *, timeout: float = 30.0) -> dict[int, dict]:
+    """Wait until every worker has a heartbeat row (it is connected, holds its lock and LISTENs)."""
+    wanted = {w.pid for w in workers}
+
+    def ready() -> dict[int, dict] | None:
+        dead = [w for w in workers if w.poll() is not None]
+        assert not dead, f"worker(s) {[w.pid for w in dead]} exited during startup"
+        rows = query(url, "SELECT * FROM worker_heartbeats WHERE pid = ANY(%s)", (list(wanted),))
+        by_pid = {r["pid"]: r for r in rows}
+        return by_pid if set(by_pid) == wanted else None
+
+    return wait_until(ready, timeout=timeout, interval=0.1, what=f"workers {sorted(wanted)} to be ready")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from queue_workflows.backoff import Backoff
+from queue_workflows.backoff import Backoff, retry_delay
 
 
 def test_grows_geometrically_to_the_cap_without_jitter():
@@ -22,3 +22,8 @@ def test_jitter_stays_within_its_band():
 def test_nonsense_parameters_are_refused(kwargs):
     with pytest.raises(ValueError):
         Backoff(**kwargs)
+
+
+def test_retry_delay_doubles_per_attempt_up_to_the_cap():
+    delays = [retry_delay(n, base=2.0, cap=30.0, jitter=0.0) for n in range(1, 7)]
+    assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]

@@ -86,11 +86,12 @@ def test_claim_never_steals_an_orphaned_running_job(database_url, conn):
     assert node_queue.claim_ingest_job("fetch", Claimant("other", 7006))["id"] == job["id"]
 
 
-def test_only_reclaim_and_an_owners_release_put_a_running_job_back():
+def test_only_reclaim_and_the_owners_release_or_retry_put_a_running_job_back():
     text = resources.files("queue_workflows.sql").joinpath("queries.sql").read_text()
     blocks = re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]
     set_clauses = {b.split()[0]: re.findall(r"\bSET\b(.*?)\bWHERE\b", b, flags=re.DOTALL) for b in blocks}
     requeuers = {name for name, clauses in set_clauses.items() if any("'queued'" in c for c in clauses)}
-    assert requeuers == {"reclaim_orphans", "release_job"}
-    release = next(b for b in blocks if b.startswith("release_job"))
-    assert "claimed_by = %(worker_id)s" in release, "release must only hand back the caller's own job"
+    assert requeuers == {"reclaim_orphans", "release_job", "retry_job"}
+    for name in ("release_job", "retry_job"):
+        block = next(b for b in blocks if b.startswith(name))
+        assert "claimed_by = %(worker_id)s AND status = 'running'" in block, f"{name} must only hand back the caller's own job"

@@ -34,8 +34,8 @@ def test_outcomes_are_stored_for_both_task_shapes_and_failures(conn):
     ids = [
         node_queue.enqueue_ingest_job("one_arg", "fetch", reason="cron")["id"],
         node_queue.enqueue_ingest_job("two_args", "fetch", {"n": 21})["id"],
-        node_queue.enqueue_ingest_job("raises", "fetch")["id"],
-        node_queue.enqueue_ingest_job("not_a_dict", "fetch")["id"],
+        node_queue.enqueue_ingest_job("raises", "fetch", max_attempts=1)["id"],
+        node_queue.enqueue_ingest_job("not_a_dict", "fetch", max_attempts=1)["id"],
     ]
     worker = claim_worker.ClaimWorker("fetch", max_jobs=4)
     assert worker.run_forever() == 0
@@ -48,7 +48,7 @@ def test_outcomes_are_stored_for_both_task_shapes_and_failures(conn):
 
 def test_node_jobs_run_their_module_and_store_the_context_delta(conn):
     job = node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": 9})
-    missing = node_queue.enqueue_node_job("ghost", "cpu", node_module="no_such_module_anywhere")
+    missing = node_queue.enqueue_node_job("ghost", "cpu", node_module="no_such_module_anywhere", max_attempts=1)
     assert claim_worker.ClaimWorker("cpu", max_jobs=2).run_forever() == 0
     rows = {r["id"]: r for r in conn.execute("SELECT * FROM workflow_node_jobs")}
     assert rows[job["id"]]["context_delta"] == {"square": 81}
@@ -94,3 +94,38 @@ def test_heartbeat_makes_the_worker_visible_and_a_clean_stop_removes_it(database
 def test_a_worker_for_an_unknown_queue_refuses_to_start(database_url):
     with pytest.raises(queue_workflows.UnknownQueueError):
         claim_worker.ClaimWorker("nope")
+
+
+def test_a_failed_attempt_is_retried_after_a_backoff_until_attempts_are_spent(database_url, conn):
+    queue_workflows.configure(database_url=database_url, ingest_queues=frozenset({"fetch"}), retry_base_seconds=0.3, poll_seconds=0.1)
+    calls: list[float] = []
+
+    def flaky(reason: str) -> dict:
+        calls.append(time.monotonic())
+        raise RuntimeError(f"attempt {len(calls)} broke")
+
+    register_ingest_task("flaky", flaky)
+    job = node_queue.enqueue_ingest_job("flaky", "fetch", max_attempts=3)
+    worker = claim_worker.ClaimWorker("fetch", max_jobs=3)
+    worker.run_forever()
+    row = conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert (row["status"], row["attempts"]) == ("failed", 3)
+    assert "attempt 3 broke" in row["error"]
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert len(calls) == 3 and gaps[0] >= 0.3 * 0.8 and gaps[1] >= 0.6 * 0.8, gaps  # 0.3 s then 0.6 s, +/-20 %
+
+
+def test_a_retry_waiting_for_its_delay_is_not_claimable(database_url, conn):
+    register_ingest_task("t", lambda reason: {})
+    job = node_queue.enqueue_ingest_job("t", "fetch", max_attempts=2)
+    claimant = node_queue.Claimant("w", 1)
+    node_queue.claim_ingest_job("fetch", claimant)
+    from queue_workflows import jobstore
+
+    retried = jobstore.retry(None, "ingest_jobs", job["id"], "w", error="boom", delay_seconds=60)
+    assert (retried["status"], retried["error"], retried["claimed_by"]) == ("queued", "boom", None)
+    assert node_queue.claim_ingest_job("fetch", claimant) is None
+    conn.execute("UPDATE ingest_jobs SET run_after = now() WHERE id = %s", (job["id"],))
+    again = node_queue.claim_ingest_job("fetch", claimant)
+    assert again["attempts"] == 2
+    assert jobstore.retry(None, "ingest_jobs", job["id"], "w", error="x", delay_seconds=0) is None, "attempts are spent"

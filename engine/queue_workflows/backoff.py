@@ -29,3 +29,10 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+def retry_delay(attempt: int, *, base: float, cap: float, jitter: float = 0.2, random_fn: Callable[[], float] = random.random) -> float:
+    """Delay before retrying after failed attempt number `attempt` (1-based): base * 2**(attempt-1), capped, jittered."""
+    backoff = Backoff(initial=base, maximum=cap, jitter=jitter, random_fn=random_fn)
+    backoff.attempt = max(0, attempt - 1)
+    return backoff.next_delay()

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import config, db, jobstore, node_queue
+from . import config, db, jobstore, node_queue, queries
+from .backoff import retry_delay
 from .errors import ConfigError
 from .executor import Outcome, run_ingest_job, run_node_job
 from .liveness import LivenessBeat
@@ -109,6 +110,7 @@ class ClaimWorker:
         try:
             with db.connect(autocommit=True, url=self.url) as conn:
                 released = jobstore.release(conn, self.table, job_id, self.worker_id)
+                conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
             log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
         finally:
             logging.shutdown()
@@ -150,12 +152,7 @@ class ClaimWorker:
         started = time.monotonic()
         try:
             outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
-            marked = self.session.run(
-                lambda conn: jobstore.mark(
-                    self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error,
-                    worker_id=self.worker_id, conn=conn,
-                )
-            )
+            marked, retry_in = self.session.run(lambda conn: self._record(conn, job, outcome))
         finally:
             self.beat.job_finished()
             self._job = None
@@ -164,11 +161,26 @@ class ClaimWorker:
         if marked is None:
             log.warning("job %s finished after %.3fs but was no longer ours; result discarded", job["id"], elapsed)
         elif outcome.status == "failed":
-            log.warning("job %s failed after %.3fs: %s", job["id"], elapsed, (outcome.error or "").splitlines()[-1])
+            last_line = (outcome.error or "").strip().splitlines()[-1:] or [""]
+            then = f"retry in {retry_in:.1f}s" if retry_in is not None else "no attempts left"
+            log.warning("job %s attempt %s failed after %.3fs (%s): %s", job["id"], job["attempts"], elapsed, then, last_line[0])
         else:
             log.info("job %s completed in %.3fs", job["id"], elapsed)
         if self.on_job_done is not None:
             self.on_job_done(job, outcome)
+
+
+    def _record(self, conn: Any, job: dict[str, Any], outcome: Outcome) -> tuple[dict[str, Any] | None, float | None]:
+        """Store the outcome; a failure with attempts left is requeued after a backoff delay instead."""
+        if outcome.status == "failed" and job["attempts"] < job["max_attempts"]:
+            delay = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
+            row = jobstore.retry(conn, self.table, job["id"], self.worker_id, error=outcome.error or "", delay_seconds=delay)
+            if row is not None:
+                return row, delay
+        row = jobstore.mark(
+            self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id, conn=conn
+        )
+        return row, None
 
 
 def import_app(module: str | None) -> None:

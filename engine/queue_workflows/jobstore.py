@@ -63,6 +63,13 @@ def mark(
         return c.execute(queries.query(f"mark_{outcome}", table), params).fetchone()
 
 
+def retry(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Row | None:
+    """Requeue a failed attempt after `delay_seconds`; None when attempts are spent or the job is not ours."""
+    params = {"job_id": job_id, "worker_id": worker_id, "error": error, "delay_seconds": delay_seconds}
+    with db.transaction(conn) as c:
+        return c.execute(queries.query("retry_job", table), params).fetchone()
+
+
 def release(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str) -> bool:
     with db.transaction(conn) as c:
         return c.execute(queries.query("release_job", table), {"job_id": job_id, "worker_id": worker_id}).fetchone() is not None

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     schema_wait_seconds: float = Field(default=60.0, ge=0)
 
     max_attempts: int = Field(default=3, ge=1, le=1000)
+    retry_base_seconds: float = Field(default=2.0, gt=0)
+    retry_max_seconds: float = Field(default=300.0, gt=0)
     max_payload_bytes: int = Field(default=1_048_576, gt=0)
     claim_order: Literal["highest_first", "lowest_first"] = "highest_first"
 

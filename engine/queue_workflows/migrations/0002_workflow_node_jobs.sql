@@ -14,6 +14,7 @@ CREATE TABLE workflow_node_jobs (
     context_delta    jsonb,
     error            text,
     attempts         integer NOT NULL DEFAULT 0,
+    run_after        timestamptz NOT NULL DEFAULT now(),
     max_attempts     integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
     claimed_by       text,
     claim_lock_key   integer,

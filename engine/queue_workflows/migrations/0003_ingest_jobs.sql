@@ -11,6 +11,7 @@ CREATE TABLE ingest_jobs (
     result           jsonb,
     error            text,
     attempts         integer NOT NULL DEFAULT 0,
+    run_after        timestamptz NOT NULL DEFAULT now(),
     max_attempts     integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
     claimed_by       text,
     claim_lock_key   integer,

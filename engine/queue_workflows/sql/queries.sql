@@ -23,7 +23,7 @@ UPDATE {table} AS j
  WHERE j.id = (
         SELECT id
           FROM {table}
-         WHERE status = 'queued' AND queue = %(queue)s
+         WHERE status = 'queued' AND queue = %(queue)s AND run_after <= now()
          ORDER BY {order_by}
            FOR UPDATE SKIP LOCKED
          LIMIT 1)
@@ -45,6 +45,14 @@ UPDATE {table}
  WHERE id = %(job_id)s
    AND status NOT IN ('completed', 'failed', 'cancelled')
    AND (%(worker_id)s::text IS NULL OR (claimed_by = %(worker_id)s AND status = 'running'))
+RETURNING *;
+
+-- name: retry_job
+-- A failed attempt with attempts left goes back to the queue after a backoff delay.
+UPDATE {table}
+   SET status = 'queued', error = %(error)s, run_after = now() + make_interval(secs => %(delay_seconds)s),
+       claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL, started_at = NULL, updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running' AND attempts < max_attempts
 RETURNING *;
 
 -- name: release_job

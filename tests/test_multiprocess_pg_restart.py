@@ -1,0 +1,213 @@
+"""Postgres restarts under a running cluster: workers and orchestrator ride it out and every job completes.
+
+Uses a private pgserver instance so the shared session server is never restarted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import queue_workflows
+import qw_test_app
+from procs import Procs, log_text, query, query_or_none, service_env, wait_for_log, wait_until, wait_workers_ready
+from queue_workflows import db, node_queue, register_ingest_task
+
+pytestmark = pytest.mark.multiprocess
+
+TESTS_DIR = Path(__file__).resolve().parent
+QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
+
+
+class PrivatePostgres:
+    def __init__(self, pgdata: Path) -> None:
+        import pgserver
+
+        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        info = self.server.get_postmaster_info()
+        self.socket_dir = info.socket_dir
+        self.admin_url = self.server.get_uri()
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pgserver._commands import pg_ctl
+
+        pg_ctl(list(args), pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
+
+    def stop(self) -> None:
+        self._pg_ctl("-w", "-m", "fast", "stop")
+
+    def start(self) -> None:
+        # `pg_ctl start` does not reuse postmaster.opts: pass pgserver's own options again
+        # (no TCP listener, the same unix-socket directory) so every DSN stays valid.
+        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log), "start")
+        from pgserver.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
+        assert info is not None and info.is_running() and info.socket_dir == self.socket_dir, info
+        self.server._postmaster_info = info  # so pgserver's own cleanup stops the new postmaster
+
+    def close(self) -> None:
+        import atexit
+
+        atexit.unregister(self.server._cleanup)
+        try:
+            self.server._cleanup()
+        finally:
+            from pgserver.utils import PostmasterInfo
+
+            info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
+            if info is not None and info.is_running():
+                self._pg_ctl("-w", "-m", "immediate", "stop")
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivatePostgres]:
+    # Not under tmp_path: every pytest session that starts (other people's runs on the same
+    # machine included) chmods /tmp/pytest-of-<user> back to 0700, and the unprivileged
+    # `pgserver` user that runs initdb and pg_ctl when we are root then loses its way in.
+    base = Path(tempfile.mkdtemp(prefix="qw-pg-restart-"))
+    try:
+        server = PrivatePostgres(base / "pg")
+        try:
+            yield server
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def private_database_url(private_pg: PrivatePostgres) -> Iterator[str]:
+    with psycopg.connect(private_pg.admin_url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE qw_restart")
+    url = private_pg.server.get_uri("qw_restart")
+    db.bootstrap(url=url)
+    db.bootstrap(url=url, migrations_dir=TESTS_DIR / "app_migrations", version_table="test_app_schema_version")
+    queue_workflows.configure(database_url=url, ingest_queues=QUEUES)
+    register_ingest_task("record", qw_test_app.record)
+    yield url
+
+
+def _status_counts(url: str) -> Counter:
+    rows = query_or_none(url, "SELECT status, count(*) AS n FROM ingest_jobs GROUP BY status")
+    return Counter({r["status"]: r["n"] for r in rows or []})
+
+
+def _wait_all_settled(url: str, n_jobs: int, procs: Procs, *, timeout: float) -> Counter:
+    """Wait until no job is queued or running; fail with the last counts and the logs."""
+    last: Counter = Counter()
+
+    def settled() -> Counter | None:
+        nonlocal last
+        last = _status_counts(url)
+        return last if sum(last.values()) == n_jobs and not (last["queued"] or last["running"]) else None
+
+    try:
+        return wait_until(settled, timeout=timeout, interval=0.1, what="every job finished")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last counts {dict(last)}\n{procs.logs()}") from None
+
+
+def _start_cluster(url: str, procs: Procs, n_workers: int, **settings: str) -> list:
+    env = service_env(url, **settings)
+    orchestrator = procs.orchestrator(env)
+    workers = [procs.worker(env, "fetch") for _ in range(n_workers)]
+    wait_workers_ready(url, workers)
+    wait_for_log(orchestrator, "orchestrator running", timeout=30)
+    return [orchestrator, *workers]
+
+
+def test_cluster_rides_out_a_postgres_restart(private_pg: PrivatePostgres, private_database_url: str, procs: Procs) -> None:
+    url = private_database_url
+    n_jobs = 40
+    orchestrator, *workers = _start_cluster(url, procs, 2, QW_LEASE_SECONDS="3", QW_LEASE_RENEW_SECONDS="1")
+
+    tokens = [f"restart-{i}" for i in range(n_jobs)]
+    with db.connect(url=url) as conn, conn.transaction():
+        for token in tokens:
+            node_queue.enqueue_ingest_job("record", "fetch", {"token": token, "sleep": 0.1}, conn=conn)
+
+    # Stop Postgres while both workers sleep inside a job body (their database work for it is
+    # done), so every in-flight job has a result to deliver across the outage. A body cut off
+    # mid-query is the separate case below.
+    def both_mid_sleep() -> Counter | None:
+        counts = _status_counts(url)
+        if counts["completed"] < 6:
+            return None
+        rows = query(
+            url,
+            "SELECT count(*) AS n FROM ingest_jobs j WHERE j.status = 'running' "
+            "AND EXISTS (SELECT 1 FROM test_executions e WHERE e.token = j.args->>'token')",
+        )
+        return counts if rows[0]["n"] == 2 else None
+
+    before = wait_until(both_mid_sleep, timeout=20, interval=0.005, what=f"both workers mid-job\n{procs.logs()}")
+    private_pg.stop()
+    down_at = time.monotonic()
+    assert before["completed"] < n_jobs, f"everything finished before the restart; nothing was tested: {before}"
+    time.sleep(2.0)  # the outage itself: the one fixed wait this test is about
+    private_pg.start()
+    up_at = time.monotonic()
+    print(f"before restart: {dict(before)}; down for {up_at - down_at:.2f}s")
+
+    final = _wait_all_settled(url, n_jobs, procs, timeout=45)
+    print(f"all {n_jobs} settled {time.monotonic() - up_at:.2f}s after Postgres came back: {dict(final)}")
+    assert final == Counter(completed=n_jobs), f"{dict(final)}\n{procs.logs()}"
+
+    exited = [p for p in [orchestrator, *workers] if p.poll() is not None]
+    assert not exited, f"process(es) exited across the restart: {[p.pid for p in exited]}\n{procs.logs()}"
+    # Same PIDs, reconnected, session lock retaken (so a later crash is still detected at once).
+    beats = wait_workers_ready(url, workers, timeout=15)
+    held = query(
+        url,
+        "SELECT objid::int AS lock_key FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 20823 AND objsubid = 2",
+    )
+    assert {b["lock_key"] for b in beats.values()} <= {h["lock_key"] for h in held}, (beats, held, procs.logs())
+    for w in workers:
+        assert "database session restored" in log_text(w), procs.logs()
+
+    runs = Counter(r["token"] for r in query(url, "SELECT token FROM test_executions"))
+    assert set(runs) == set(tokens), f"never ran: {sorted(set(tokens) - set(runs))}"
+    rerun = {t: n for t, n in runs.items() if n > 1}
+    print(f"tokens run more than once (in flight during the outage): {rerun}")
+    assert len(rerun) <= 2, f"more re-runs than jobs that were in flight: {rerun}\n{procs.logs()}"
+
+
+def test_job_body_cut_off_mid_query_by_a_restart_is_retried_not_failed(
+    private_pg: PrivatePostgres, private_database_url: str, procs: Procs
+) -> None:
+    url = private_database_url
+    # A 60 s lease and the post-restart grace keep reclaim out of it: the outcome is the worker's.
+    _start_cluster(url, procs, 1, QW_LEASE_SECONDS="60", QW_LEASE_RENEW_SECONDS="20")
+
+    blocker = psycopg.connect(url)
+    try:
+        blocker.execute("LOCK TABLE test_executions IN ACCESS EXCLUSIVE MODE")  # holds the body's first query
+        with db.connect(url=url) as conn, conn.transaction():  # not the pool: it would outlive this server
+            job_id = node_queue.enqueue_ingest_job("record", "fetch", {"token": "cut"}, conn=conn)["id"]
+        wait_until(
+            lambda: query(
+                url,
+                "SELECT 1 FROM pg_locks WHERE relation = 'test_executions'::regclass AND NOT granted",
+            ),
+            timeout=15, what=f"the job body blocked on its query\n{procs.logs()}",
+        )
+        private_pg.stop()  # terminates the body's query mid-flight: the task raises AdminShutdown
+    finally:
+        blocker.close()
+    private_pg.start()
+
+    job = wait_until(
+        lambda: (rows := query_or_none(url, "SELECT * FROM ingest_jobs WHERE id = %s AND status IN ('completed', 'failed')", (job_id,))) and rows[0],
+        timeout=30, what=f"job {job_id} finished\n{procs.logs()}",
+    )
+    print(f"job cut off by the restart ended {job['status']!r} after {job['attempts']} of {job['max_attempts']} attempts: {[ln for ln in (job['error'] or '').splitlines() if ln.startswith('psycopg.')][-1:]}")
+    assert job["status"] == "completed", (job["status"], job["attempts"], job["error"])
+    assert job["attempts"] == 2
