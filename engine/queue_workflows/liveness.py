@@ -63,8 +63,7 @@ class LivenessBeat(threading.Thread):
     def job_started(self, table: JobTable, job_id: int) -> None:
         self.current, self.state, self.lost_job_id = CurrentJob(table, job_id), "busy", None
         self._next_renew = self.now_fn() + self.renew_seconds
-        self._next_heartbeat = 0.0
-        self._wake.set()
+        self._wake.set()  # recompute the sleep: a renewal may now be due before the next heartbeat
 
     def job_finished(self) -> None:
         self.current, self.state = None, "idle" if not self._halt.is_set() else "stopping"
