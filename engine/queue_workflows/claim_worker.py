@@ -78,9 +78,9 @@ class ClaimWorker:
             self.session.conn  # connect, take the session lock, LISTEN
             self.beat.start()
             log.info("worker %s ready on queue %r (lock %s)", self.worker_id, self.queue, self.session.lock_key)
-            while not self.stop_event.is_set():
+            while self._may_claim():
                 self.drain()
-                if self.stop_event.is_set() or self._reached_max_jobs():
+                if not self._may_claim():
                     break
                 self.session.wait(self.settings.poll_seconds, self.queue)
         except SessionClosed:
@@ -124,64 +124,81 @@ class ClaimWorker:
         self.session.close()
         log.info("worker %s stopped after %d job(s)", self.worker_id, self.jobs_done)
 
-    def _reached_max_jobs(self) -> bool:
-        return self.max_jobs is not None and self.jobs_done >= self.max_jobs
-
     # -- claim and run ---------------------------------------------------------------------
 
     def drain(self) -> int:
-        """Claim and run jobs until the queue is empty (or we are told to stop)."""
+        """Claim and run jobs until the queue is empty (or we are told to stop).
+
+        Each job's outcome commits in the same transaction as the next claim: one commit per job.
+        """
         ran = 0
-        while not self.stop_event.is_set() and not self._reached_max_jobs():
-            job = self.session.run(self._claim)
-            if job is None:
-                break
-            self._execute(job)
+        job = self.session.run(self._claim) if self._may_claim() else None
+        while job is not None:
+            outcome, elapsed = self._execute(job)
             ran += 1
+            want_next = self._may_claim()
+            marked, retry_in, job_after = self.session.run(lambda conn: self._finish_and_claim(conn, job, outcome, want_next))
+            self._report(job, outcome, marked, retry_in, elapsed)
+            job = job_after
         return ran
 
-    def _claim(self, conn: Any) -> dict[str, Any] | None:
-        claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
-        if self.is_node_queue:
-            return node_queue.claim_node_job(self.queue, claimant, current_model=self.current_model, conn=conn)
-        return node_queue.claim_ingest_job(self.queue, claimant, conn=conn)
+    def _may_claim(self) -> bool:
+        return not self.stop_event.is_set() and (self.max_jobs is None or self.jobs_done < self.max_jobs)
 
-    def _execute(self, job: dict[str, Any]) -> None:
+    def _claim_statement(self) -> jobstore.Statement:
+        claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
+        return node_queue.claim_statement(self.queue, claimant, current_model=self.current_model)
+
+    def _claim(self, conn: Any) -> dict[str, Any] | None:
+        return jobstore.fetch_one(conn, self._claim_statement())
+
+    def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
         self._job = job
         self.beat.job_started(self.table, job["id"])
         started = time.monotonic()
-        try:
-            outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
-            marked, retry_in = self.session.run(lambda conn: self._record(conn, job, outcome))
-        finally:
-            self.beat.job_finished()
-            self._job = None
+        outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
         self.jobs_done += 1
-        elapsed = time.monotonic() - started
+        return outcome, time.monotonic() - started
+
+    def _finish_and_claim(
+        self, conn: Any, job: dict[str, Any], outcome: Outcome, want_next: bool
+    ) -> tuple[dict[str, Any] | None, float | None, dict[str, Any] | None]:
+        """Store the outcome and claim the next job in one transaction, sent as one pipeline.
+
+        A failure with attempts left is requeued after a backoff; the guarded mark after it
+        then matches nothing. With attempts spent the retry matches nothing and the mark fails it.
+        """
+        statements = []
+        retry_in = None
+        if outcome.status == "failed" and job["attempts"] < job["max_attempts"]:
+            retry_in = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
+            statements.append(jobstore.retry_statement(self.table, job["id"], self.worker_id, error=outcome.error or "", delay_seconds=retry_in))
+        statements.append(
+            jobstore.mark_statement(self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id)
+        )
+        claim_next = want_next and not self.stop_event.is_set()
+        if claim_next:
+            statements.append(self._claim_statement())
+        with conn.pipeline(), conn.transaction():
+            cursors = [conn.execute(*statement) for statement in statements]
+        rows = [cursor.fetchone() for cursor in cursors]
+        self.beat.job_finished()
+        self._job = None
+        next_job = rows.pop() if claim_next else None
+        retried = rows[0] if retry_in is not None else None
+        return retried or rows[-1], (retry_in if retried else None), next_job
+
+    def _report(self, job: dict[str, Any], outcome: Outcome, marked: Any, retry_in: float | None, elapsed: float) -> None:
         if marked is None:
             log.warning("job %s finished after %.3fs but was no longer ours; result discarded", job["id"], elapsed)
         elif outcome.status == "failed":
             last_line = (outcome.error or "").strip().splitlines()[-1:] or [""]
             then = f"retry in {retry_in:.1f}s" if retry_in is not None else "no attempts left"
             log.warning("job %s attempt %s failed after %.3fs (%s): %s", job["id"], job["attempts"], elapsed, then, last_line[0])
-        else:
+        elif log.isEnabledFor(logging.INFO):
             log.info("job %s completed in %.3fs", job["id"], elapsed)
         if self.on_job_done is not None:
             self.on_job_done(job, outcome)
-
-
-    def _record(self, conn: Any, job: dict[str, Any], outcome: Outcome) -> tuple[dict[str, Any] | None, float | None]:
-        """Store the outcome; a failure with attempts left is requeued after a backoff delay instead."""
-        if outcome.status == "failed" and job["attempts"] < job["max_attempts"]:
-            delay = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            row = jobstore.retry(conn, self.table, job["id"], self.worker_id, error=outcome.error or "", delay_seconds=delay)
-            if row is not None:
-                return row, delay
-        row = jobstore.mark(
-            self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id, conn=conn
-        )
-        return row, None
-
 
 def import_app(module: str | None) -> None:
     """Import the host application module that registers its tasks."""

@@ -24,8 +24,16 @@ class Claimant:
     lock_key: int
 
 
-def claim(
-    conn: psycopg.Connection,
+Statement = tuple[Any, dict[str, Any]]
+
+
+def fetch_one(conn: psycopg.Connection | None, statement: Statement) -> Row | None:
+    """Run one statement (on the caller's connection and transaction, or a pooled one) and fetch its row."""
+    with db.transaction(conn) as c:
+        return c.execute(*statement).fetchone()
+
+
+def claim_statement(
     table: JobTable,
     queue: str,
     claimant: Claimant,
@@ -34,8 +42,7 @@ def claim(
     claim_order: str,
     current_model: str | None = None,
     with_affinity: bool = False,
-) -> Row | None:
-    statement = queries.claim_query(table, claim_order, with_affinity)
+) -> Statement:
     params = {
         "queue": queue,
         "worker_id": claimant.worker_id,
@@ -43,31 +50,31 @@ def claim(
         "lease_seconds": lease_seconds,
         "current_model": current_model,
     }
-    with db.transaction(conn) as c:
-        return c.execute(statement, params).fetchone()
+    return queries.claim_query(table, claim_order, with_affinity), params
 
 
-def mark(
-    table: JobTable,
-    outcome: str,
-    job_id: int,
-    *,
-    result: Any = None,
-    error: str | None = None,
-    worker_id: str | None = None,
-    conn: psycopg.Connection | None = None,
-) -> Row | None:
-    """`outcome` is 'completed' or 'failed'; None when the row is already terminal (or no longer ours)."""
+def mark_statement(
+    table: JobTable, outcome: str, job_id: int, *, result: Any = None, error: str | None = None, worker_id: str | None = None
+) -> Statement:
+    """`outcome` is 'completed' or 'failed'; the row comes back None when already terminal (or no longer ours)."""
+    if outcome not in ("completed", "failed"):
+        raise ValueError(f"terminal outcome must be 'completed' or 'failed', not {outcome!r}")
     params = {"job_id": job_id, "worker_id": worker_id, "result": result, "error": error}
-    with db.transaction(conn) as c:
-        return c.execute(queries.query(f"mark_{outcome}", table), params).fetchone()
+    return queries.query(f"mark_{outcome}", table), params
+
+
+def retry_statement(table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Statement:
+    """Requeue a failed attempt after `delay_seconds`; no row when attempts are spent or the job is not ours."""
+    params = {"job_id": job_id, "worker_id": worker_id, "error": error, "delay_seconds": delay_seconds}
+    return queries.query("retry_job", table), params
+
+
+def mark(table: JobTable, outcome: str, job_id: int, *, conn: psycopg.Connection | None = None, **kwargs: Any) -> Row | None:
+    return fetch_one(conn, mark_statement(table, outcome, job_id, **kwargs))
 
 
 def retry(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Row | None:
-    """Requeue a failed attempt after `delay_seconds`; None when attempts are spent or the job is not ours."""
-    params = {"job_id": job_id, "worker_id": worker_id, "error": error, "delay_seconds": delay_seconds}
-    with db.transaction(conn) as c:
-        return c.execute(queries.query("retry_job", table), params).fetchone()
+    return fetch_one(conn, retry_statement(table, job_id, worker_id, error=error, delay_seconds=delay_seconds))
 
 
 def release(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str) -> bool:

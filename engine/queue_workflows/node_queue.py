@@ -137,15 +137,13 @@ def enqueue_node_job(
     return row
 
 
-def claim_node_job(
-    queue: str, claimant: Claimant, *, current_model: str | None = None, conn: psycopg.Connection | None = None
-) -> Row | None:
-    """Claim the next node job; gpu claims prefer jobs for `current_model`."""
+def claim_statement(queue: str, claimant: Claimant, *, current_model: str | None = None) -> jobstore.Statement:
+    """The claim for `queue` under this host's settings; gpu claims prefer jobs for `current_model`."""
     settings = config.current().settings
-    return jobstore.claim(
-        conn,  # type: ignore[arg-type]
-        NODE_TABLE,
-        check_node_queue(queue),
+    is_node = queue in NODE_QUEUES
+    return jobstore.claim_statement(
+        NODE_TABLE if is_node else INGEST_TABLE,  # type: ignore[arg-type]
+        check_node_queue(queue) if is_node else check_ingest_queue(queue),
         claimant,
         lease_seconds=settings.lease_seconds,
         claim_order=settings.claim_order,
@@ -154,16 +152,15 @@ def claim_node_job(
     )
 
 
+def claim_node_job(
+    queue: str, claimant: Claimant, *, current_model: str | None = None, conn: psycopg.Connection | None = None
+) -> Row | None:
+    """Claim the next node job on `cpu` or `gpu`."""
+    return jobstore.fetch_one(conn, claim_statement(check_node_queue(queue), claimant, current_model=current_model))
+
+
 def claim_ingest_job(queue: str, claimant: Claimant, *, conn: psycopg.Connection | None = None) -> Row | None:
-    settings = config.current().settings
-    return jobstore.claim(
-        conn,  # type: ignore[arg-type]
-        INGEST_TABLE,
-        check_ingest_queue(queue),
-        claimant,
-        lease_seconds=settings.lease_seconds,
-        claim_order=settings.claim_order,
-    )
+    return jobstore.fetch_one(conn, claim_statement(check_ingest_queue(queue), claimant))
 
 
 def _result(value: Any, what: str) -> Any:

@@ -100,13 +100,21 @@ class WorkerSession:
                 if not retry:
                     raise
 
-    def wait(self, timeout: float, payload: str) -> bool:
-        """Block up to `timeout` for a NOTIFY with `payload`; False on timeout."""
+    def wait(self, timeout: float, payload: str, *, slice_seconds: float = 0.1) -> bool:
+        """Block up to `timeout` for a NOTIFY with `payload`; False on timeout or when stopping.
+
+        Waits in short slices so a stop request is honoured promptly even when idle.
+        """
+        deadline = time.monotonic() + timeout
 
         def _wait(conn: psycopg.Connection) -> bool:
-            for notice in conn.notifies(timeout=timeout):
-                if notice.payload == payload:
-                    return True
+            while not self.stop_event.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                for notice in conn.notifies(timeout=min(slice_seconds, remaining)):
+                    if notice.payload == payload:
+                        return True
             return False
 
         return self.run(_wait)

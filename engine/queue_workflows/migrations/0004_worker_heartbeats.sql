@@ -1,5 +1,7 @@
 -- One row per live worker process. lock_key is the advisory lock its session holds
 -- for its whole life; Postgres releases it the moment that connection drops.
+-- No index beyond the key: the table holds one row per worker, and an index on
+-- last_seen would turn every heartbeat into a non-HOT update.
 CREATE SEQUENCE worker_lock_key_seq AS integer MINVALUE 1 CYCLE;
 
 CREATE TABLE worker_heartbeats (
@@ -13,5 +15,3 @@ CREATE TABLE worker_heartbeats (
     started_at     timestamptz NOT NULL DEFAULT now(),
     last_seen      timestamptz NOT NULL DEFAULT now()
 );
-
-CREATE INDEX worker_heartbeats_queue_idx ON worker_heartbeats (queue, last_seen);
