@@ -10,17 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
 
 import queue_workflows
-from queue_workflows import config, db, tasks
+from queue_workflows import config, db, tasks, testing
 
 from procs import Procs
 
@@ -77,27 +75,14 @@ def pg_server_url() -> Iterator[str]:
     shutil.rmtree(pgdata, ignore_errors=True)
 
 
-def _create_database(server_url: str, prefix: str) -> str:
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return conninfo.make_conninfo(server_url, dbname=name)
-
-
-def _drop_database(server_url: str, url: str) -> None:
-    name = conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
-
-
 @pytest.fixture(scope="session")
 def session_database_url(pg_server_url: str) -> Iterator[str]:
-    url = _create_database(pg_server_url, "qw_test")
+    url = testing.create_database(pg_server_url, "qw_test")
     db.bootstrap(url=url)
     db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
     yield url
     db.close_pools()
-    _drop_database(pg_server_url, url)
+    testing.drop_database(pg_server_url, url)
 
 
 @pytest.fixture(autouse=True)
@@ -127,9 +112,9 @@ def conn(database_url: str) -> Iterator[psycopg.Connection]:
 @pytest.fixture
 def scratch_database_url(pg_server_url: str) -> Iterator[str]:
     """An empty database of its own, for migration tests."""
-    url = _create_database(pg_server_url, "qw_scratch")
+    url = testing.create_database(pg_server_url, "qw_scratch")
     yield url
-    _drop_database(pg_server_url, url)
+    testing.drop_database(pg_server_url, url)
 
 
 @pytest.fixture

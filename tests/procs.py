@@ -11,20 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from queue_workflows import testing
+
 T = TypeVar("T")
 TESTS_DIR = Path(__file__).resolve().parent
 
 
 def wait_until(predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str = "condition") -> T:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last value: {value!r})")
-        time.sleep(interval)
+    """`testing.wait_until`, failing the test (AssertionError) rather than raising TimeoutError."""
+    try:
+        return testing.wait_until(predicate, timeout=timeout, interval=interval, what=what)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def service_env(database_url: str, **overrides: str) -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""No-op job throughput: queue_workflows vs pgqueuer vs procrastinate, 1/2/4 worker processes.
+
+For each system and worker count: start the worker processes and wait until they are ready,
+commit N no-op jobs in one transaction, and time from that commit until no job is left
+unfinished (polled every 20 ms). Every system gets its own database on the same Postgres.
+
+    python benchmarks/throughput.py [--jobs 5000] [--workers 1,2,4] [--quick] [--database-url DSN]
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import common
+import systems
+from common import Procs
+
+
+@dataclass
+class Result:
+    system: str
+    workers: int
+    jobs: int
+    seconds: float | None = None
+    enqueue_seconds: float | None = None
+    note: str = ""
+
+    @property
+    def rate(self) -> float | None:
+        return self.jobs / self.seconds if self.seconds else None
+
+
+def measure(system: systems.System, procs: Procs, workers: int, jobs: int, timeout: float) -> Result:
+    result = Result(system.name, workers, jobs)
+    started: list = []
+    try:
+        system.reset()
+        started = systems.start_workers(system, procs, workers)
+        t_enqueue = time.perf_counter()
+        system.enqueue_many(jobs)
+        t0 = time.perf_counter()
+        result.enqueue_seconds = t0 - t_enqueue
+        deadline = t0 + timeout
+        while (left := system.unfinished()) > 0:
+            if time.perf_counter() > deadline:
+                result.note = f"timeout: {jobs - left}/{jobs} done in {timeout:.0f}s"
+                return result
+            time.sleep(0.02)
+        result.seconds = time.perf_counter() - t0
+        done = system.succeeded()
+        if done != jobs:
+            result.note = f"only {done}/{jobs} succeeded"
+    except Exception as exc:  # noqa: BLE001 - report it and carry on with the next run
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        result.note = f"failed: {(lines[-1] if lines else type(exc).__name__)[:160]}"
+    finally:
+        procs.stop(started)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 5000; 1000 with --quick)")
+    parser.add_argument("--workers", default=None, help="worker counts, comma separated (default 1,2,4; 1,2 with --quick)")
+    parser.add_argument("--systems", default=",".join(c.name for c in systems.ALL))
+    parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds (default 40; 8 with --quick)")
+    args = parser.parse_args(argv)
+    jobs = args.jobs or (1000 if args.quick else 5000)
+    counts = [int(x) for x in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
+    timeout = args.timeout or (8.0 if args.quick else 40.0)
+    classes = systems.select(args.systems)
+
+    results: list[Result] = []
+    with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
+        common.banner(f"throughput: {jobs} no-op jobs committed at once; worker processes {counts}", args, server_url)
+        for cls in classes:
+            system = cls(server_url)
+            try:
+                system.setup()
+            except Exception as exc:  # noqa: BLE001
+                print(f"   {cls.name}: cannot set up ({type(exc).__name__}: {exc}); skipped")
+                system.teardown()
+                continue
+            print(f"   {cls.name}: {system.describe()}")
+            try:
+                for n in counts:
+                    r = measure(system, procs, n, jobs, timeout)
+                    results.append(r)
+                    shown = f"{r.rate:,.0f} jobs/s in {r.seconds:.2f}s" if r.rate else r.note
+                    enq = f"  (enqueue of {jobs} took {r.enqueue_seconds:.2f}s)" if r.enqueue_seconds else ""
+                    print(f"      {n} worker(s): {shown}{enq}", flush=True)
+            finally:
+                system.teardown()
+
+    qw = {r.workers: r.rate for r in results if r.system == systems.QueueWorkflows.name}
+    rows = []
+    for r in results:
+        vs = "baseline" if r.system == systems.QueueWorkflows.name else common.ratio(qw.get(r.workers), r.rate)
+        rows.append([r.system, r.workers, f"{r.rate:,.0f}" if r.rate else "-", f"{r.seconds:.2f}" if r.seconds else "-", vs, r.note])
+    print()
+    common.print_table(["system", "workers", "jobs/s", "seconds", "qw/peer", "note"], rows)
+    print("   qw/peer > 1 means queue_workflows finished the same batch faster than that peer.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
