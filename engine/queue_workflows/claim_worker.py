@@ -15,7 +15,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from . import config, db, jobstore, node_queue, queries
@@ -37,7 +37,6 @@ class ClaimWorker:
         queue: str,
         *,
         max_jobs: int | None = None,
-        on_job_done: Callable[[dict[str, Any], Outcome], None] | None = None,
     ) -> None:
         cfg = config.current()
         self.settings = cfg.settings
@@ -52,7 +51,6 @@ class ClaimWorker:
         self.channel = "node_job_ready" if self.is_node_queue else "ingest_job_ready"
         self.worker_id = f"{self.settings.host_label}:{queue}:{os.getpid()}:{secrets.token_hex(3)}"
         self.max_jobs = max_jobs
-        self.on_job_done = on_job_done
         self.jobs_done = 0
         self.current_model: str | None = None
         self.stop_event = threading.Event()
@@ -136,8 +134,7 @@ class ClaimWorker:
         while job is not None:
             outcome, elapsed = self._execute(job)
             ran += 1
-            want_next = self._may_claim()
-            marked, retry_in, job_after = self.session.run(lambda conn: self._finish_and_claim(conn, job, outcome, want_next))
+            marked, retry_in, job_after = self.session.run(lambda conn: self._finish_and_claim(conn, job, outcome))
             self._report(job, outcome, marked, retry_in, elapsed)
             job = job_after
         return ran
@@ -161,7 +158,7 @@ class ClaimWorker:
         return outcome, time.monotonic() - started
 
     def _finish_and_claim(
-        self, conn: Any, job: dict[str, Any], outcome: Outcome, want_next: bool
+        self, conn: Any, job: dict[str, Any], outcome: Outcome
     ) -> tuple[dict[str, Any] | None, float | None, dict[str, Any] | None]:
         """Store the outcome and claim the next job in one transaction, sent as one pipeline.
 
@@ -176,7 +173,7 @@ class ClaimWorker:
         statements.append(
             jobstore.mark_statement(self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id)
         )
-        claim_next = want_next and not self.stop_event.is_set()
+        claim_next = self._may_claim()
         if claim_next:
             statements.append(self._claim_statement())
         with conn.pipeline(), conn.transaction():
@@ -197,8 +194,7 @@ class ClaimWorker:
             log.warning("job %s attempt %s failed after %.3fs (%s): %s", job["id"], job["attempts"], elapsed, then, last_line[0])
         elif log.isEnabledFor(logging.INFO):
             log.info("job %s completed in %.3fs", job["id"], elapsed)
-        if self.on_job_done is not None:
-            self.on_job_done(job, outcome)
+
 
 def import_app(module: str | None) -> None:
     """Import the host application module that registers its tasks."""
