@@ -74,8 +74,7 @@ class QueueWorkflows(System):
         from queue_workflows import db, node_queue
 
         with db.connect(url=self.url) as conn, conn.transaction():
-            for _ in range(n):
-                node_queue.enqueue_ingest_job("noop", "fetch", reason="bench", conn=conn)
+            node_queue.enqueue_ingest_jobs(({"task_name": "noop", "queue": "fetch", "reason": "bench"} for _ in range(n)), conn=conn)
 
     def unfinished(self) -> int:
         return common.scalar(self.url, "SELECT count(*) FROM ingest_jobs WHERE status IN ('queued', 'running')")

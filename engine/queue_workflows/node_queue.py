@@ -8,12 +8,13 @@ connection so the row and its NOTIFY commit with the caller's own writes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
 
 from . import config, db, jobstore, queries, tasks
-from .errors import InvalidNameError, InvalidPayloadError, ReservedQueueError, UnknownQueueError
+from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from .jobstore import Claimant, Row
 from .payloads import json_object
 from .settings import QUEUE_NAME_RE, RESERVED_QUEUES
@@ -30,6 +31,7 @@ __all__ = [
     "claim_ingest_job",
     "claim_node_job",
     "enqueue_ingest_job",
+    "enqueue_ingest_jobs",
     "enqueue_node_job",
     "ingest_snapshot",
     "mark_completed",
@@ -70,6 +72,31 @@ def _check_max_attempts(max_attempts: int | None) -> int:
     return value
 
 
+def _ingest_params(
+    task_name: str,
+    queue: str,
+    args: dict[str, Any] | None = None,
+    *,
+    reason: str = "manual",
+    priority: int = 0,
+    max_attempts: int | None = None,
+) -> dict[str, Any]:
+    """Validate one ingest job and return its bind parameters; raises before anything is written."""
+    tasks.check_task_name(task_name)
+    tasks.get_ingest_task(task_name)
+    check_ingest_queue(queue)
+    if not isinstance(reason, str) or not 0 < len(reason) <= 200:
+        raise InvalidPayloadError(f"reason must be a non-empty string of at most 200 characters, not {reason!r}")
+    return {
+        "task_name": task_name,
+        "queue": queue,
+        "args": json_object(args, what="args", max_bytes=config.current().settings.max_payload_bytes),
+        "reason": reason,
+        "priority": _check_priority(priority),
+        "max_attempts": _check_max_attempts(max_attempts),
+    }
+
+
 def enqueue_ingest_job(
     task_name: str,
     queue: str,
@@ -81,23 +108,33 @@ def enqueue_ingest_job(
     conn: psycopg.Connection | None = None,
 ) -> Row:
     """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction."""
-    tasks.check_task_name(task_name)
-    tasks.get_ingest_task(task_name)
-    check_ingest_queue(queue)
-    if not isinstance(reason, str) or not 0 < len(reason) <= 200:
-        raise InvalidPayloadError(f"reason must be a non-empty string of at most 200 characters, not {reason!r}")
-    params = {
-        "task_name": task_name,
-        "queue": queue,
-        "args": json_object(args, what="args", max_bytes=config.current().settings.max_payload_bytes),
-        "reason": reason,
-        "priority": _check_priority(priority),
-        "max_attempts": _check_max_attempts(max_attempts),
-    }
-    with db.transaction(conn) as c:
-        row = c.execute(queries.query("enqueue_ingest_job"), params).fetchone()
+    params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts)
+    row = jobstore.fetch_one(conn, (queries.query("enqueue_ingest_job"), params))
     assert row is not None
     return row
+
+
+def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: psycopg.Connection | None = None) -> list[Row]:
+    """INSERT many ingest jobs in one statement, all or nothing.
+
+    Each item takes `enqueue_ingest_job`'s arguments by name (`task_name`, `queue`, `args`,
+    `reason`, `priority`, `max_attempts`); every item is validated before anything is written.
+    """
+    batch: dict[str, list[Any]] = {key: [] for key in ("task_name", "queue", "args", "reason", "priority", "max_attempts")}
+    for index, job in enumerate(jobs):
+        try:
+            params = _ingest_params(**job)
+        except TypeError as exc:
+            raise InvalidPayloadError(f"job #{index}: {exc}") from None
+        except QueueWorkflowsError as exc:
+            raise type(exc)(f"job #{index}: {exc}") from None
+        for key, value in params.items():
+            batch[key].append(value)
+    if not batch["task_name"]:
+        return []
+    with db.transaction(conn) as c:
+        rows = c.execute(queries.query("enqueue_ingest_jobs"), batch).fetchall()
+    return sorted(rows, key=lambda row: row["id"])
 
 
 def enqueue_node_job(

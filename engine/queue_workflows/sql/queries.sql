@@ -6,6 +6,12 @@ INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts)
 VALUES (%(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s)
 RETURNING *;
 
+-- name: enqueue_ingest_jobs
+INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts)
+SELECT * FROM unnest(%(task_name)s::text[], %(queue)s::text[], %(args)s::jsonb[], %(reason)s::text[],
+                     %(priority)s::integer[], %(max_attempts)s::integer[])
+RETURNING *;
+
 -- name: enqueue_node_job
 INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, priority, required_model, inputs, max_attempts)
 VALUES (%(run_id)s, %(node_name)s, %(node_module)s, %(queue)s, %(priority)s, %(required_model)s, %(inputs)s, %(max_attempts)s)
