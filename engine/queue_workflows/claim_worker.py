@@ -55,6 +55,7 @@ class ClaimWorker:
         self.current_model: str | None = None
         self.stop_event = threading.Event()
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
+        self.session.on_rekey = self._rekey_current_job
         self.beat = LivenessBeat(
             url=self.url,
             worker_id=self.worker_id,
@@ -138,6 +139,12 @@ class ClaimWorker:
             self._report(job, outcome, marked, retry_in, elapsed)
             job = job_after
         return ran
+
+    def _rekey_current_job(self, conn: Any, lock_key: int) -> None:
+        job = self._job
+        if job is not None:
+            params = {"job_id": job["id"], "worker_id": self.worker_id, "lock_key": lock_key}
+            conn.execute(queries.query("rekey_job", self.table), params)
 
     def _may_claim(self) -> bool:
         return not self.stop_event.is_set() and (self.max_jobs is None or self.jobs_done < self.max_jobs)

@@ -43,6 +43,8 @@ class WorkerSession:
         self.backoff = backoff or Backoff()
         self.sleep_fn = sleep_fn
         self.lock_key: int | None = None
+        # Called as on_rekey(conn, new_key) when the session had to change lock keys.
+        self.on_rekey: Callable[[psycopg.Connection, int], None] | None = None
         self.reconnects = 0
         self._conn: psycopg.Connection | None = None
 
@@ -56,20 +58,31 @@ class WorkerSession:
     def _open_once(self) -> psycopg.Connection:
         conn = db.connect(autocommit=True, url=self.url)
         try:
-            if self.lock_key is None:
-                row = conn.execute(queries.query("next_worker_lock_key")).fetchone()
-                self.lock_key = int(row["lock_key"])  # type: ignore[index]
-            got = conn.execute(
-                queries.query("acquire_session_lock"),
-                {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": self.lock_key},
-            ).fetchone()
-            if not got or not got["acquired"]:
-                raise psycopg.OperationalError(f"worker session lock {self.lock_key} is held by another session")
+            if self.lock_key is None or not self._try_lock(conn, self.lock_key):
+                # First connect, or our old backend outlived its client (a half-open connection)
+                # and still holds the old key: carry on under a fresh one.
+                old, self.lock_key = self.lock_key, self._fresh_lock(conn)
+                if old is not None:
+                    log.warning("session lock %s is still held by our previous backend; now using %s", old, self.lock_key)
+                    if self.on_rekey is not None:
+                        self.on_rekey(conn, self.lock_key)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             return conn
         except BaseException:
             conn.close()
             raise
+
+    @staticmethod
+    def _try_lock(conn: psycopg.Connection, key: int) -> bool:
+        row = conn.execute(queries.query("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
+        return bool(row and row["acquired"])
+
+    def _fresh_lock(self, conn: psycopg.Connection) -> int:
+        for _ in range(10):
+            key = int(conn.execute(queries.query("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
+            if self._try_lock(conn, key):
+                return key
+        raise psycopg.OperationalError("could not take a free worker session lock in 10 tries")
 
     def _connect_until_ready(self) -> None:
         self.close()

@@ -75,6 +75,12 @@ UPDATE {table}
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
 RETURNING id;
 
+-- name: rekey_job
+-- The worker's session now holds a different lock key: move its running job onto it.
+UPDATE {table} SET claim_lock_key = %(lock_key)s, updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+RETURNING id;
+
 -- name: reclaim_orphans
 -- The one recovery path for a running job whose worker is gone: its session's
 -- advisory lock is no longer held (process died), or its lease lapsed (host vanished).
