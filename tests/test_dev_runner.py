@@ -84,3 +84,13 @@ def test_bad_configuration_exits_2_naming_the_variable(tmp_path):
         timeout=60,
     )
     assert done.returncode == 2 and "QW_LEASE_SECONDS" in done.stderr, done.stderr
+
+
+def test_an_unreachable_database_is_one_clear_line_not_a_traceback(tmp_path):
+    env = _dev_env(tmp_path, QW_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", QW_SCHEMA_WAIT_SECONDS="1")
+    status = subprocess.run([sys.executable, "-m", "qw_services.cli", "status"], env=env, capture_output=True, text=True, timeout=60)
+    worker = subprocess.run([sys.executable, "-m", "qw_services.worker", "--queue=fetch"], env=env, capture_output=True, text=True, timeout=60)
+    for done in (status, worker):
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr and "error: " in done.stderr, done.stderr
+    assert "schema did not reach version" in worker.stderr and "127.0.0.1" in worker.stderr

@@ -7,8 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 
+import psycopg
+
 import queue_workflows
-from queue_workflows import ConfigError, db, node_queue
+from queue_workflows import ConfigError, QueueWorkflowsError, db, node_queue
 
 
 def _status(as_json: bool) -> int:
@@ -54,12 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout)
         queue_workflows.configure().database_url()
+        db.connect().close()  # fail fast and clearly; the pool would wait its full checkout timeout
         if args.command == "migrate":
             return _migrate(args.to)
         return _status(args.json)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (QueueWorkflowsError, psycopg.OperationalError) as exc:
+        print(f"error: {str(exc).strip()}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from queue_workflows import ConfigError, claim_worker
+from queue_workflows import ConfigError, QueueWorkflowsError, claim_worker
 
 from .runtime import load_config_or_exit, setup_logging
 
@@ -20,6 +20,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except QueueWorkflowsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
