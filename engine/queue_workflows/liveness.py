@@ -1,7 +1,7 @@
 """The worker's background beat: renew the running job's lease and upsert its heartbeat row.
 
-It runs on its own connection so a long job never starves it, and it only reports a lost
-job (`lost_job_id`); deciding what to do about that belongs to the worker.
+It runs on its own connection so a long job never starves it. A renewal that finds the job
+no longer ours is logged; the worker's guarded terminal mark then discards the late result.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class LivenessBeat(threading.Thread):
         self.now_fn = now_fn
         self.state = "idle"
         self.current: CurrentJob | None = None
-        self.lost_job_id: int | None = None
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._conn: psycopg.Connection | None = None
@@ -61,7 +60,7 @@ class LivenessBeat(threading.Thread):
         self._next_renew = 0.0
 
     def job_started(self, table: JobTable, job_id: int) -> None:
-        self.current, self.state, self.lost_job_id = CurrentJob(table, job_id), "busy", None
+        self.current, self.state = CurrentJob(table, job_id), "busy"
         self._next_renew = self.now_fn() + self.renew_seconds
         self._wake.set()  # recompute the sleep: a renewal may now be due before the next heartbeat
 
@@ -73,13 +72,13 @@ class LivenessBeat(threading.Thread):
         self._next_heartbeat = 0.0
         self._wake.set()
 
-    def stop(self, *, remove_heartbeat: bool = True) -> None:
+    def stop(self) -> None:
+        """Stop beating and remove this worker's heartbeat row."""
         self._halt.set()
         self._wake.set()
         if self.is_alive():
             self.join(timeout=5)
-        if remove_heartbeat:
-            self._execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
+        self._execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
         if self._conn is not None:
             self._conn.close()
 
@@ -125,7 +124,6 @@ class LivenessBeat(threading.Thread):
             self._drop(exc)
             return
         if not still_ours and self.current is job:
-            self.lost_job_id = job.job_id
             log.error("job %s was taken away from %s (lease lapsed or reclaimed)", job.job_id, self.worker_id)
 
     def _execute(self, statement: object, params: dict[str, object]) -> None:

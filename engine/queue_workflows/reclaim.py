@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-
 from collections.abc import Callable
 
 import psycopg
