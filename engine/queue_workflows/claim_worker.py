@@ -47,7 +47,7 @@ class ClaimWorker:
         else:
             node_queue.check_ingest_queue(queue)
         self.queue = queue
-        self.table: JobTable = node_queue.NODE_TABLE if self.is_node_queue else node_queue.INGEST_TABLE  # type: ignore[assignment]
+        self.table: JobTable = node_queue.NODE_TABLE if self.is_node_queue else node_queue.INGEST_TABLE
         self.channel = "node_job_ready" if self.is_node_queue else "ingest_job_ready"
         self.worker_id = f"{self.settings.host_label}:{queue}:{os.getpid()}:{secrets.token_hex(3)}"
         self.max_jobs = max_jobs
@@ -133,11 +133,11 @@ class ClaimWorker:
         ran = 0
         job = self.session.run(self._claim) if self._may_claim() else None
         while job is not None:
-            outcome, elapsed = self._execute(job)
+            current = job
+            outcome, elapsed = self._execute(current)
             ran += 1
-            marked, retry_in, job_after = self.session.run(lambda conn: self._finish_and_claim(conn, job, outcome))
-            self._report(job, outcome, marked, retry_in, elapsed)
-            job = job_after
+            marked, retry_in, job = self.session.run(lambda conn: self._finish_and_claim(conn, current, outcome))
+            self._report(current, outcome, marked, retry_in, elapsed)
         return ran
 
     def _rekey_current_job(self, conn: Any, lock_key: int) -> None:

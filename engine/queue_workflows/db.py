@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -21,20 +22,23 @@ from .errors import MigrationError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
 
+Conn = psycopg.Connection[dict[str, Any]]
+"""Every engine connection returns rows as dicts."""
+
 DEFAULT_VERSION_TABLE = "queue_schema_version"
 _MIGRATION_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _IDENT_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
-_pools: dict[str, ConnectionPool] = {}
+_pools: dict[str, ConnectionPool[Conn]] = {}
 _pools_lock = threading.Lock()
 
 
-def connect(*, autocommit: bool = False, url: str | None = None) -> psycopg.Connection:
+def connect(*, autocommit: bool = False, url: str | None = None) -> Conn:
     """A new connection with dict rows; the caller closes it."""
     return psycopg.connect(url or config.current().database_url(), autocommit=autocommit, row_factory=dict_row)
 
 
-def pool() -> ConnectionPool:
+def pool() -> ConnectionPool[Conn]:
     """The process's shared pool for the configured database, opened on first use."""
     cfg = config.current()
     url = cfg.database_url()
@@ -43,6 +47,7 @@ def pool() -> ConnectionPool:
         if existing is None:
             existing = ConnectionPool(
                 url,
+                connection_class=psycopg.Connection[dict[str, Any]],
                 min_size=1,
                 max_size=cfg.settings.pool_max_size,
                 kwargs={"row_factory": dict_row},
@@ -62,7 +67,7 @@ def close_pools() -> None:
 
 
 @contextmanager
-def transaction(conn: psycopg.Connection | None = None) -> Iterator[psycopg.Connection]:
+def transaction(conn: Conn | None = None) -> Iterator[Conn]:
     """Use the caller's connection as is (its transaction, its commit), or a pooled one that commits on exit."""
     if conn is not None:
         yield conn
@@ -102,7 +107,7 @@ def _check_version_table(version_table: str) -> sql.Identifier:
     return sql.Identifier(version_table)
 
 
-def _applied(conn: psycopg.Connection, table: sql.Identifier) -> set[int]:
+def _applied(conn: Conn, table: sql.Identifier) -> set[int]:
     conn.execute(
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (version integer PRIMARY KEY, name text NOT NULL, "
@@ -112,7 +117,7 @@ def _applied(conn: psycopg.Connection, table: sql.Identifier) -> set[int]:
     return {row["version"] for row in conn.execute(sql.SQL("SELECT version FROM {}").format(table))}
 
 
-def _lock_chain(conn: psycopg.Connection, version_table: str) -> None:
+def _lock_chain(conn: Conn, version_table: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"queue_workflows:migrate:{version_table}",))
 
 
@@ -136,7 +141,7 @@ def bootstrap(
             if migration.version in done:
                 continue
             log.info("applying migration %04d_%s", migration.version, migration.name)
-            conn.execute(migration.up.read_text())  # type: ignore[arg-type]
+            conn.execute(migration.up.read_text())
             conn.execute(
                 sql.SQL("INSERT INTO {} (version, name) VALUES (%s, %s)").format(table),
                 (migration.version, migration.name),
@@ -167,13 +172,13 @@ def downgrade(
             if migration is None or migration.down is None:
                 raise MigrationError(f"migration {version:04d} has no .down.sql; cannot downgrade past it")
             log.info("reverting migration %04d_%s", version, migration.name)
-            conn.execute(migration.down.read_text())  # type: ignore[arg-type]
+            conn.execute(migration.down.read_text())
             conn.execute(sql.SQL("DELETE FROM {} WHERE version = %s").format(table), (version,))
             removed.append(version)
     return removed
 
 
-def schema_version(conn: psycopg.Connection, version_table: str = DEFAULT_VERSION_TABLE) -> int:
+def schema_version(conn: Conn, version_table: str = DEFAULT_VERSION_TABLE) -> int:
     """The highest applied version, 0 when the ledger does not exist yet."""
     table = _check_version_table(version_table)
     exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS ok", (version_table,)).fetchone()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 
 from . import db, queries
 from .queries import JobTable
@@ -27,7 +26,7 @@ class Claimant:
 Statement = tuple[Any, dict[str, Any]]
 
 
-def fetch_one(conn: psycopg.Connection | None, statement: Statement) -> Row | None:
+def fetch_one(conn: db.Conn | None, statement: Statement) -> Row | None:
     """Run one statement (on the caller's connection and transaction, or a pooled one) and fetch its row."""
     with db.transaction(conn) as c:
         return c.execute(*statement).fetchone()
@@ -69,32 +68,32 @@ def retry_statement(table: JobTable, job_id: int, worker_id: str, *, error: str,
     return queries.query("retry_job", table), params
 
 
-def mark(table: JobTable, outcome: str, job_id: int, *, conn: psycopg.Connection | None = None, **kwargs: Any) -> Row | None:
+def mark(table: JobTable, outcome: str, job_id: int, *, conn: db.Conn | None = None, **kwargs: Any) -> Row | None:
     return fetch_one(conn, mark_statement(table, outcome, job_id, **kwargs))
 
 
-def retry(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Row | None:
+def retry(conn: db.Conn | None, table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Row | None:
     return fetch_one(conn, retry_statement(table, job_id, worker_id, error=error, delay_seconds=delay_seconds))
 
 
-def release(conn: psycopg.Connection | None, table: JobTable, job_id: int, worker_id: str) -> bool:
+def release(conn: db.Conn | None, table: JobTable, job_id: int, worker_id: str) -> bool:
     with db.transaction(conn) as c:
         return c.execute(queries.query("release_job", table), {"job_id": job_id, "worker_id": worker_id}).fetchone() is not None
 
 
-def renew_lease(conn: psycopg.Connection, table: JobTable, job_id: int, worker_id: str, lease_seconds: float) -> bool:
+def renew_lease(conn: db.Conn, table: JobTable, job_id: int, worker_id: str, lease_seconds: float) -> bool:
     params = {"job_id": job_id, "worker_id": worker_id, "lease_seconds": lease_seconds}
     with db.transaction(conn) as c:
         return c.execute(queries.query("renew_lease", table), params).fetchone() is not None
 
 
-def reclaim_orphans(conn: psycopg.Connection, table: JobTable, *, session_grace_seconds: float) -> list[Row]:
+def reclaim_orphans(conn: db.Conn, table: JobTable, *, session_grace_seconds: float) -> list[Row]:
     params = {"lock_namespace": WORKER_LOCK_NAMESPACE, "session_grace_seconds": session_grace_seconds}
     with db.transaction(conn) as c:
         return c.execute(queries.query("reclaim_orphans", table), params).fetchall()
 
 
-def queue_counts(conn: psycopg.Connection, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, int]]:
+def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, int]]:
     counts = {q: {"queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0} for q in sorted(queues)}
     for row in conn.execute(queries.query("queue_counts", table)):
         if row["queue"] in counts and row["status"] in counts[row["queue"]]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from . import db, jobstore, queries
 from .queries import JobTable
@@ -55,7 +56,7 @@ class LivenessBeat(threading.Thread):
         self.current: CurrentJob | None = None
         self._wake = threading.Event()
         self._halt = threading.Event()
-        self._conn: psycopg.Connection | None = None
+        self._conn: db.Conn | None = None
         self._next_heartbeat = 0.0
         self._next_renew = 0.0
 
@@ -126,16 +127,16 @@ class LivenessBeat(threading.Thread):
         if not still_ours and self.current is job:
             log.error("job %s was taken away from %s (lease lapsed or reclaimed)", job.job_id, self.worker_id)
 
-    def _execute(self, statement: object, params: dict[str, object]) -> None:
+    def _execute(self, statement: sql.Composed | sql.SQL, params: dict[str, object]) -> None:
         conn = self._connection()
         if conn is None:
             return
         try:
-            conn.execute(statement, params)  # type: ignore[arg-type]
+            conn.execute(statement, params)
         except psycopg.OperationalError as exc:
             self._drop(exc)
 
-    def _connection(self) -> psycopg.Connection | None:
+    def _connection(self) -> db.Conn | None:
         if self._conn is None or self._conn.closed:
             try:
                 self._conn = db.connect(autocommit=True, url=self.url)

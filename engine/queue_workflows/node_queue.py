@@ -11,16 +11,16 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import psycopg
 
 from . import config, db, jobstore, queries, tasks
 from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from .jobstore import Claimant, Row
 from .payloads import json_object
+from .queries import JobTable
 from .settings import QUEUE_NAME_RE, RESERVED_QUEUES
 
-NODE_TABLE = "workflow_node_jobs"
-INGEST_TABLE = "ingest_jobs"
+NODE_TABLE: JobTable = "workflow_node_jobs"
+INGEST_TABLE: JobTable = "ingest_jobs"
 NODE_QUEUES = RESERVED_QUEUES
 _NODE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _PRIORITY_RANGE = (-(2**31), 2**31 - 1)
@@ -56,7 +56,7 @@ def check_ingest_queue(queue: object) -> str:
 def check_node_queue(queue: object) -> str:
     if queue not in NODE_QUEUES:
         raise UnknownQueueError(f"unknown node queue {queue!r}: node jobs run on 'cpu' or 'gpu'")
-    return queue  # type: ignore[return-value]
+    return queue
 
 
 def _check_priority(priority: object) -> int:
@@ -105,7 +105,7 @@ def enqueue_ingest_job(
     reason: str = "manual",
     priority: int = 0,
     max_attempts: int | None = None,
-    conn: psycopg.Connection | None = None,
+    conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction."""
     params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts)
@@ -114,7 +114,7 @@ def enqueue_ingest_job(
     return row
 
 
-def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: psycopg.Connection | None = None) -> list[Row]:
+def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None = None) -> list[Row]:
     """INSERT many ingest jobs in one statement, all or nothing.
 
     Each item takes `enqueue_ingest_job`'s arguments by name (`task_name`, `queue`, `args`,
@@ -147,7 +147,7 @@ def enqueue_node_job(
     priority: int = 0,
     required_model: str | None = None,
     max_attempts: int | None = None,
-    conn: psycopg.Connection | None = None,
+    conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction."""
     check_node_queue(queue)
@@ -179,7 +179,7 @@ def claim_statement(queue: str, claimant: Claimant, *, current_model: str | None
     settings = config.current().settings
     is_node = queue in NODE_QUEUES
     return jobstore.claim_statement(
-        NODE_TABLE if is_node else INGEST_TABLE,  # type: ignore[arg-type]
+        NODE_TABLE if is_node else INGEST_TABLE,
         check_node_queue(queue) if is_node else check_ingest_queue(queue),
         claimant,
         lease_seconds=settings.lease_seconds,
@@ -190,13 +190,13 @@ def claim_statement(queue: str, claimant: Claimant, *, current_model: str | None
 
 
 def claim_node_job(
-    queue: str, claimant: Claimant, *, current_model: str | None = None, conn: psycopg.Connection | None = None
+    queue: str, claimant: Claimant, *, current_model: str | None = None, conn: db.Conn | None = None
 ) -> Row | None:
     """Claim the next node job on `cpu` or `gpu`."""
     return jobstore.fetch_one(conn, claim_statement(check_node_queue(queue), claimant, current_model=current_model))
 
 
-def claim_ingest_job(queue: str, claimant: Claimant, *, conn: psycopg.Connection | None = None) -> Row | None:
+def claim_ingest_job(queue: str, claimant: Claimant, *, conn: db.Conn | None = None) -> Row | None:
     return jobstore.fetch_one(conn, claim_statement(check_ingest_queue(queue), claimant))
 
 
@@ -204,22 +204,22 @@ def _result(value: Any, what: str) -> Any:
     return json_object(value, what=what, max_bytes=config.current().settings.max_payload_bytes, allow_none=True)
 
 
-def mark_completed(job_id: int, context_delta: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+def mark_completed(job_id: int, context_delta: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
     """Complete a node job; None when it is already terminal (or, with `worker_id`, no longer that worker's)."""
     payload = _result(context_delta, "context_delta")
     return jobstore.mark(NODE_TABLE, "completed", job_id, result=payload, worker_id=worker_id, conn=conn)
 
 
-def mark_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+def mark_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
     return jobstore.mark(NODE_TABLE, "failed", job_id, error=str(error), worker_id=worker_id, conn=conn)
 
 
-def mark_ingest_completed(job_id: int, result: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+def mark_ingest_completed(job_id: int, result: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
     payload = _result(result, "result")
     return jobstore.mark(INGEST_TABLE, "completed", job_id, result=payload, worker_id=worker_id, conn=conn)
 
 
-def mark_ingest_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: psycopg.Connection | None = None) -> Row | None:
+def mark_ingest_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
     return jobstore.mark(INGEST_TABLE, "failed", job_id, error=str(error), worker_id=worker_id, conn=conn)
 
 

@@ -27,4 +27,8 @@ def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = Fal
         raise InvalidPayloadError(f"{what} is {size} bytes, over the {max_bytes}-byte limit (QW_MAX_PAYLOAD_BYTES)")
     if "\\u0000" in text:
         raise InvalidPayloadError(f"{what} contains a NUL character, which Postgres jsonb cannot store")
-    return Jsonb(value, dumps=lambda _obj, _text=text: _text)
+
+    def _already_dumped(_obj: Any) -> str:
+        return text
+
+    return Jsonb(value, dumps=_already_dumped)

@@ -45,7 +45,7 @@ def raw(name: str) -> str:
 @cache
 def query(name: str, table: JobTable | None = None) -> sql.Composed | sql.SQL:
     """A named query, with `{table}`/`{result_column}` bound when it is per job table."""
-    text = sql.SQL(raw(name))  # type: ignore[arg-type]
+    text = sql.SQL(raw(name))
     if table is None:
         return text
     if table not in RESULT_COLUMN:
@@ -62,5 +62,5 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     if with_affinity:
         order.append(MODEL_AFFINITY)
     order.append(CREATED_ORDER)
-    text = sql.SQL(raw("claim_job"))  # type: ignore[arg-type]
+    text = sql.SQL(raw("claim_job"))
     return text.format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order))

@@ -16,13 +16,13 @@ from .node_queue import INGEST_TABLE, NODE_TABLE
 log = logging.getLogger(__name__)
 
 
-def reclaim_orphans(conn: psycopg.Connection | None = None) -> list[Row]:
+def reclaim_orphans(conn: db.Conn | None = None) -> list[Row]:
     """Requeue (or, with attempts spent, fail) running jobs whose worker session is gone or whose lease lapsed."""
     grace = config.current().settings.lease_seconds
     reclaimed: list[Row] = []
     with db.transaction(conn) as c:
         for table in (NODE_TABLE, INGEST_TABLE):
-            reclaimed.extend(jobstore.reclaim_orphans(c, table, session_grace_seconds=grace))  # type: ignore[arg-type]
+            reclaimed.extend(jobstore.reclaim_orphans(c, table, session_grace_seconds=grace))
     for row in reclaimed:
         log.warning(
             "reclaimed job %s on %r from %s (attempt %s) -> %s",
@@ -49,7 +49,7 @@ class ReclaimLoop:
 
     def run_forever(self) -> None:
         url = config.current().database_url()
-        conn: psycopg.Connection | None = None
+        conn: db.Conn | None = None
         while not self.stop_event.is_set():
             try:
                 if conn is None or conn.closed:

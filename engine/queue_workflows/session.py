@@ -44,18 +44,18 @@ class WorkerSession:
         self.sleep_fn = sleep_fn
         self.lock_key: int | None = None
         # Called as on_rekey(conn, new_key) when the session had to change lock keys.
-        self.on_rekey: Callable[[psycopg.Connection, int], None] | None = None
+        self.on_rekey: Callable[[db.Conn, int], None] | None = None
         self.reconnects = 0
-        self._conn: psycopg.Connection | None = None
+        self._conn: db.Conn | None = None
 
     @property
-    def conn(self) -> psycopg.Connection:
+    def conn(self) -> db.Conn:
         if self._conn is None or self._conn.closed:
             self._connect_until_ready()
         assert self._conn is not None
         return self._conn
 
-    def _open_once(self) -> psycopg.Connection:
+    def _open_once(self) -> db.Conn:
         conn = db.connect(autocommit=True, url=self.url)
         try:
             if self.lock_key is None or not self._try_lock(conn, self.lock_key):
@@ -73,11 +73,11 @@ class WorkerSession:
             raise
 
     @staticmethod
-    def _try_lock(conn: psycopg.Connection, key: int) -> bool:
+    def _try_lock(conn: db.Conn, key: int) -> bool:
         row = conn.execute(queries.query("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
         return bool(row and row["acquired"])
 
-    def _fresh_lock(self, conn: psycopg.Connection) -> int:
+    def _fresh_lock(self, conn: db.Conn) -> int:
         for _ in range(10):
             key = int(conn.execute(queries.query("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
             if self._try_lock(conn, key):
@@ -101,7 +101,7 @@ class WorkerSession:
                 log.warning("database unavailable (%s); retrying in %.2fs", str(exc).strip().splitlines()[0], delay)
                 self.sleep_fn(delay)
 
-    def run(self, fn: Callable[[psycopg.Connection], T], *, retry: bool = True) -> T:
+    def run(self, fn: Callable[[db.Conn], T], *, retry: bool = True) -> T:
         """Run `fn(conn)`, reconnecting and retrying when the connection is lost."""
         while True:
             conn = self.conn
@@ -120,7 +120,7 @@ class WorkerSession:
         """
         deadline = time.monotonic() + timeout
 
-        def _wait(conn: psycopg.Connection) -> bool:
+        def _wait(conn: db.Conn) -> bool:
             while not self.stop_event.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
