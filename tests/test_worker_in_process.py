@@ -122,10 +122,11 @@ def test_a_retry_waiting_for_its_delay_is_not_claimable(database_url, conn):
     node_queue.claim_ingest_job("fetch", claimant)
     from queue_workflows import jobstore
 
-    retried = jobstore.retry(None, "ingest_jobs", job["id"], "w", error="boom", delay_seconds=60)
+    retried = jobstore.fetch_one(None, jobstore.retry_statement("ingest_jobs", job["id"], "w", error="boom", delay_seconds=60))
     assert (retried["status"], retried["error"], retried["claimed_by"]) == ("queued", "boom", None)
     assert node_queue.claim_ingest_job("fetch", claimant) is None
     conn.execute("UPDATE ingest_jobs SET run_after = now() WHERE id = %s", (job["id"],))
     again = node_queue.claim_ingest_job("fetch", claimant)
     assert again["attempts"] == 2
-    assert jobstore.retry(None, "ingest_jobs", job["id"], "w", error="x", delay_seconds=0) is None, "attempts are spent"
+    spent = jobstore.retry_statement("ingest_jobs", job["id"], "w", error="x", delay_seconds=0)
+    assert jobstore.fetch_one(None, spent) is None, "attempts are spent"

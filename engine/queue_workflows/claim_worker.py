@@ -41,13 +41,9 @@ class ClaimWorker:
         cfg = config.current()
         self.settings = cfg.settings
         self.url = cfg.database_url()
-        self.is_node_queue = queue in node_queue.NODE_QUEUES
-        if self.is_node_queue:
-            node_queue.check_node_queue(queue)
-        else:
-            node_queue.check_ingest_queue(queue)
+        self.table: JobTable = node_queue.table_for(queue)
+        self.is_node_queue = self.table == node_queue.NODE_TABLE
         self.queue = queue
-        self.table: JobTable = node_queue.NODE_TABLE if self.is_node_queue else node_queue.INGEST_TABLE
         self.channel = "node_job_ready" if self.is_node_queue else "ingest_job_ready"
         self.worker_id = f"{self.settings.host_label}:{queue}:{os.getpid()}:{secrets.token_hex(3)}"
         self.max_jobs = max_jobs
@@ -151,7 +147,7 @@ class ClaimWorker:
 
     def _claim_statement(self) -> jobstore.Statement:
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
-        return node_queue.claim_statement(self.queue, claimant, current_model=self.current_model)
+        return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model)
 
     def _claim(self, conn: Any) -> dict[str, Any] | None:
         return jobstore.fetch_one(conn, self._claim_statement())

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 from . import db, queries
 from .queries import JobTable
 
@@ -70,10 +69,6 @@ def retry_statement(table: JobTable, job_id: int, worker_id: str, *, error: str,
 
 def mark(table: JobTable, outcome: str, job_id: int, *, conn: db.Conn | None = None, **kwargs: Any) -> Row | None:
     return fetch_one(conn, mark_statement(table, outcome, job_id, **kwargs))
-
-
-def retry(conn: db.Conn | None, table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Row | None:
-    return fetch_one(conn, retry_statement(table, job_id, worker_id, error=error, delay_seconds=delay_seconds))
 
 
 def release(conn: db.Conn | None, table: JobTable, job_id: int, worker_id: str) -> bool:

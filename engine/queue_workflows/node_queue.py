@@ -174,13 +174,24 @@ def enqueue_node_job(
     return row
 
 
-def claim_statement(queue: str, claimant: Claimant, *, current_model: str | None = None) -> jobstore.Statement:
-    """The claim for `queue` under this host's settings; gpu claims prefer jobs for `current_model`."""
+def table_for(queue: object) -> JobTable:
+    """The table a worker for `queue` claims from: node jobs for cpu/gpu, else a configured ingest queue."""
+    if queue in NODE_QUEUES:
+        return NODE_TABLE
+    check_ingest_queue(queue)
+    return INGEST_TABLE
+
+
+def claim_statement(table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None) -> jobstore.Statement:
+    """The claim for `queue` in `table` under this host's settings; gpu claims prefer jobs for `current_model`."""
+    if table == NODE_TABLE:
+        check_node_queue(queue)
+    else:
+        check_ingest_queue(queue)
     settings = config.current().settings
-    is_node = queue in NODE_QUEUES
     return jobstore.claim_statement(
-        NODE_TABLE if is_node else INGEST_TABLE,
-        check_node_queue(queue) if is_node else check_ingest_queue(queue),
+        table,
+        queue,
         claimant,
         lease_seconds=settings.lease_seconds,
         claim_order=settings.claim_order,
@@ -193,11 +204,11 @@ def claim_node_job(
     queue: str, claimant: Claimant, *, current_model: str | None = None, conn: db.Conn | None = None
 ) -> Row | None:
     """Claim the next node job on `cpu` or `gpu`."""
-    return jobstore.fetch_one(conn, claim_statement(check_node_queue(queue), claimant, current_model=current_model))
+    return jobstore.fetch_one(conn, claim_statement(NODE_TABLE, queue, claimant, current_model=current_model))
 
 
 def claim_ingest_job(queue: str, claimant: Claimant, *, conn: db.Conn | None = None) -> Row | None:
-    return jobstore.fetch_one(conn, claim_statement(check_ingest_queue(queue), claimant))
+    return jobstore.fetch_one(conn, claim_statement(INGEST_TABLE, queue, claimant))
 
 
 def _result(value: Any, what: str) -> Any:

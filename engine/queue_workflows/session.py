@@ -45,7 +45,6 @@ class WorkerSession:
         self.lock_key: int | None = None
         # Called as on_rekey(conn, new_key) when the session had to change lock keys.
         self.on_rekey: Callable[[db.Conn, int], None] | None = None
-        self.reconnects = 0
         self._conn: db.Conn | None = None
 
     @property
@@ -92,7 +91,6 @@ class WorkerSession:
             try:
                 self._conn = self._open_once()
                 if self.backoff.attempt:
-                    self.reconnects += 1
                     log.warning("database session restored (lock %s) after %d tries", self.lock_key, self.backoff.attempt)
                 self.backoff.reset()
                 return
@@ -101,7 +99,7 @@ class WorkerSession:
                 log.warning("database unavailable (%s); retrying in %.2fs", str(exc).strip().splitlines()[0], delay)
                 self.sleep_fn(delay)
 
-    def run(self, fn: Callable[[db.Conn], T], *, retry: bool = True) -> T:
+    def run(self, fn: Callable[[db.Conn], T]) -> T:
         """Run `fn(conn)`, reconnecting and retrying when the connection is lost."""
         while True:
             conn = self.conn
@@ -110,8 +108,6 @@ class WorkerSession:
             except psycopg.OperationalError as exc:
                 log.warning("lost database session: %s", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
                 self.close()
-                if not retry:
-                    raise
 
     def wait(self, timeout: float, payload: str, *, slice_seconds: float = 0.1) -> bool:
         """Block up to `timeout` for a NOTIFY with `payload`; False on timeout or when stopping.
