@@ -20,7 +20,8 @@ import pytest
 import queue_workflows
 from queue_workflows import config, db, tasks, testing
 
-from procs import Procs
+import qw_test_app
+from procs import PrivatePostgres, Procs
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
@@ -122,3 +123,32 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     running = Procs(tmp_path)
     yield running
     running.stop_all()
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivatePostgres]:
+    """A Postgres of the test's own, which it may stop and start."""
+    # Not under tmp_path: every pytest session that starts (other people's runs on the same
+    # machine included) chmods /tmp/pytest-of-<user> back to 0700, and the unprivileged
+    # `pgserver` user that runs initdb and pg_ctl when we are root then loses its way in.
+    base = Path(tempfile.mkdtemp(prefix="qw-pg-restart-"))
+    try:
+        server = PrivatePostgres(base / "pg")
+        try:
+            yield server
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def private_database_url(private_pg: PrivatePostgres) -> Iterator[str]:
+    with psycopg.connect(private_pg.admin_url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE qw_restart")
+    url = private_pg.server.get_uri("qw_restart")
+    db.bootstrap(url=url)
+    db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
+    queue_workflows.configure(database_url=url, ingest_queues=TEST_INGEST_QUEUES)
+    tasks.register_ingest_task("record", qw_test_app.record)
+    yield url

@@ -117,6 +117,14 @@ def wait_for_log(proc: subprocess.Popen[bytes], text: str, *, timeout: float) ->
     assert text in log_text(proc), f"process exited (rc={proc.poll()}) before logging {text!r}:\n{log_text(proc)[-3000:]}"
 
 
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float, procs: "Procs") -> int:
+    """The process's exit code; fails the test with every log if it is still running after `timeout`."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"process {proc.pid} did not exit within {timeout}s\n{procs.logs()}") from None
+
+
 def wait_workers_ready(url: str, workers: list[subprocess.Popen[bytes]], *, timeout: float = 30.0) -> dict[int, dict]:
     """Wait until every worker has a heartbeat row (it is connected, holds its lock and LISTENs)."""
     wanted = {w.pid for w in workers}
@@ -129,3 +137,44 @@ def wait_workers_ready(url: str, workers: list[subprocess.Popen[bytes]], *, time
         return by_pid if set(by_pid) == wanted else None
 
     return wait_until(ready, timeout=timeout, interval=0.1, what=f"workers {sorted(wanted)} to be ready")
+
+
+class PrivatePostgres:
+    def __init__(self, pgdata: Path) -> None:
+        import pgserver
+
+        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        info = self.server.get_postmaster_info()
+        self.socket_dir = info.socket_dir
+        self.admin_url = self.server.get_uri()
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pgserver._commands import pg_ctl
+
+        pg_ctl(list(args), pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
+
+    def stop(self) -> None:
+        self._pg_ctl("-w", "-m", "fast", "stop")
+
+    def start(self) -> None:
+        # `pg_ctl start` does not reuse postmaster.opts: pass pgserver's own options again
+        # (no TCP listener, the same unix-socket directory) so every DSN stays valid.
+        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log), "start")
+        from pgserver.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
+        assert info is not None and info.is_running() and info.socket_dir == self.socket_dir, info
+        self.server._postmaster_info = info  # so pgserver's own cleanup stops the new postmaster
+
+    def close(self) -> None:
+        import atexit
+
+        atexit.unregister(self.server._cleanup)
+        try:
+            self.server._cleanup()
+        finally:
+            from pgserver.utils import PostmasterInfo
+
+            info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
+            if info is not None and info.is_running():
+                self._pg_ctl("-w", "-m", "immediate", "stop")

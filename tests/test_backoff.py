@@ -27,3 +27,10 @@ def test_nonsense_parameters_are_refused(kwargs):
 def test_retry_delay_doubles_per_attempt_up_to_the_cap():
     delays = [retry_delay(n, base=2.0, cap=30.0, jitter=0.0) for n in range(1, 7)]
     assert delays == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+def test_backoff_stays_at_its_cap_through_an_outage_of_any_length():
+    backoff = Backoff(initial=0.05, maximum=1.0, jitter=0.0)
+    backoff.attempt = 5000  # 2.0**5000 overflows a float
+    assert backoff.next_delay() == 1.0
+    assert backoff.next_delay() == 1.0

@@ -22,12 +22,12 @@ def test_status_json_reports_every_queue(database_url, capsys, monkeypatch):
 def test_status_table_and_migrate(scratch_database_url, capsys, monkeypatch):
     monkeypatch.setenv("QW_DATABASE_URL", scratch_database_url)
     assert cli.main(["migrate"]) == 0
-    assert "applied: [1, 2, 3, 4, 5]" in capsys.readouterr().out
+    assert "applied: [1, 2, 3, 4, 5, 6, 7]" in capsys.readouterr().out
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["family", "queue", "queued", "running", "completed", "failed", "workers"]
     assert cli.main(["migrate", "--to", "3"]) == 0
-    assert "reverted: [5, 4]" in capsys.readouterr().out
+    assert "reverted: [7, 6, 5, 4]" in capsys.readouterr().out
 
 
 def test_missing_database_is_exit_2(capsys, monkeypatch):

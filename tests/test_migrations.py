@@ -17,11 +17,11 @@ def tables(url: str) -> set[str]:
 
 
 def test_bootstrap_is_idempotent_and_recorded(scratch_database_url):
-    assert db.bootstrap(url=scratch_database_url) == [1, 2, 3, 4, 5]
+    assert db.bootstrap(url=scratch_database_url) == [1, 2, 3, 4, 5, 6, 7]
     assert db.bootstrap(url=scratch_database_url) == []
     assert ENGINE_TABLES | {"queue_schema_version"} <= tables(scratch_database_url)
     with db.connect(url=scratch_database_url) as conn:
-        assert db.schema_version(conn) == 5
+        assert db.schema_version(conn) == 7
 
 
 def test_concurrent_bootstraps_apply_the_chain_once(scratch_database_url):
@@ -31,15 +31,15 @@ def test_concurrent_bootstraps_apply_the_chain_once(scratch_database_url):
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert sorted(results, key=len) == [[], [], [], [1, 2, 3, 4, 5]]
+    assert sorted(results, key=len) == [[], [], [], [1, 2, 3, 4, 5, 6, 7]]
 
 
 def test_downgrade_reverses_to_a_version_and_back_up(scratch_database_url):
     db.bootstrap(url=scratch_database_url)
-    assert db.downgrade(2, url=scratch_database_url) == [5, 4, 3]
+    assert db.downgrade(2, url=scratch_database_url) == [7, 6, 5, 4, 3]
     assert tables(scratch_database_url) & ENGINE_TABLES == {"workflow_runs", "workflow_node_jobs"}
-    assert db.bootstrap(url=scratch_database_url) == [3, 4, 5]
-    assert db.downgrade(0, url=scratch_database_url) == [5, 4, 3, 2, 1]
+    assert db.bootstrap(url=scratch_database_url) == [3, 4, 5, 6, 7]
+    assert db.downgrade(0, url=scratch_database_url) == [7, 6, 5, 4, 3, 2, 1]
     assert not tables(scratch_database_url) & ENGINE_TABLES
 
 
@@ -49,7 +49,7 @@ def test_a_host_chain_runs_beside_the_engine_with_its_own_ledger(scratch_databas
     db.bootstrap(url=scratch_database_url)
     assert db.bootstrap(url=scratch_database_url, migrations_dir=tmp_path, version_table="host_schema_version") == [1]
     with db.connect(url=scratch_database_url) as conn:
-        assert (db.schema_version(conn), db.schema_version(conn, "host_schema_version")) == (5, 1)
+        assert (db.schema_version(conn), db.schema_version(conn, "host_schema_version")) == (db.latest_version(), 1)
     assert db.downgrade(0, url=scratch_database_url, migrations_dir=tmp_path, version_table="host_schema_version") == [1]
     assert "ingest_jobs" in tables(scratch_database_url) and "parcels" not in tables(scratch_database_url)
 
@@ -79,7 +79,7 @@ def test_wait_for_schema_returns_once_ready_and_times_out_clearly(scratch_databa
     with pytest.raises(SchemaNotReadyError, match="did not reach version 5 within 2s"):
         db.wait_for_schema(5, 2, url=scratch_database_url, sleep_fn=lambda _s: None, now_fn=lambda: next(clock))
     db.bootstrap(url=scratch_database_url)
-    assert db.wait_for_schema(5, 2, url=scratch_database_url) == 5
+    assert db.wait_for_schema(5, 2, url=scratch_database_url) == db.latest_version()
 
 
 def test_every_migration_has_a_down_file():

@@ -5,94 +5,19 @@ Uses a private pgserver instance so the shared session server is never restarted
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-import queue_workflows
-import qw_test_app
-from procs import Procs, log_text, query, query_or_none, service_env, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows import db, node_queue, register_ingest_task
+from procs import PrivatePostgres, Procs, log_text, query, query_or_none, service_env, wait_for_log, wait_until, wait_workers_ready
+from queue_workflows import db, node_queue
 
 pytestmark = pytest.mark.multiprocess
 
 TESTS_DIR = Path(__file__).resolve().parent
-QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
-
-
-class PrivatePostgres:
-    def __init__(self, pgdata: Path) -> None:
-        import pgserver
-
-        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
-        info = self.server.get_postmaster_info()
-        self.socket_dir = info.socket_dir
-        self.admin_url = self.server.get_uri()
-
-    def _pg_ctl(self, *args: str) -> None:
-        from pgserver._commands import pg_ctl
-
-        pg_ctl(list(args), pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
-
-    def stop(self) -> None:
-        self._pg_ctl("-w", "-m", "fast", "stop")
-
-    def start(self) -> None:
-        # `pg_ctl start` does not reuse postmaster.opts: pass pgserver's own options again
-        # (no TCP listener, the same unix-socket directory) so every DSN stays valid.
-        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log), "start")
-        from pgserver.utils import PostmasterInfo
-
-        info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
-        assert info is not None and info.is_running() and info.socket_dir == self.socket_dir, info
-        self.server._postmaster_info = info  # so pgserver's own cleanup stops the new postmaster
-
-    def close(self) -> None:
-        import atexit
-
-        atexit.unregister(self.server._cleanup)
-        try:
-            self.server._cleanup()
-        finally:
-            from pgserver.utils import PostmasterInfo
-
-            info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
-            if info is not None and info.is_running():
-                self._pg_ctl("-w", "-m", "immediate", "stop")
-
-
-@pytest.fixture
-def private_pg() -> Iterator[PrivatePostgres]:
-    # Not under tmp_path: every pytest session that starts (other people's runs on the same
-    # machine included) chmods /tmp/pytest-of-<user> back to 0700, and the unprivileged
-    # `pgserver` user that runs initdb and pg_ctl when we are root then loses its way in.
-    base = Path(tempfile.mkdtemp(prefix="qw-pg-restart-"))
-    try:
-        server = PrivatePostgres(base / "pg")
-        try:
-            yield server
-        finally:
-            server.close()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def private_database_url(private_pg: PrivatePostgres) -> Iterator[str]:
-    with psycopg.connect(private_pg.admin_url, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE qw_restart")
-    url = private_pg.server.get_uri("qw_restart")
-    db.bootstrap(url=url)
-    db.bootstrap(url=url, migrations_dir=TESTS_DIR / "app_migrations", version_table="test_app_schema_version")
-    queue_workflows.configure(database_url=url, ingest_queues=QUEUES)
-    register_ingest_task("record", qw_test_app.record)
-    yield url
 
 
 def _status_counts(url: str) -> Counter:

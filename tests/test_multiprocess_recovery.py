@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
 import qw_test_app
 from procs import (
+    wait_exit,
     Procs,
     log_text,
     pid_of,
@@ -49,12 +49,6 @@ def _wait_running_with_body_started(url: str, job_id: int, token: str, procs: Pr
 
     return wait_until(started, timeout=timeout, what=f"job {job_id} running its body\n{procs.logs()}")
 
-
-def _wait_exit(proc: subprocess.Popen[bytes], timeout: float, procs: Procs) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"worker {proc.pid} did not exit within {timeout}s\n{procs.logs()}") from None
 
 
 def test_kill_9_mid_job_is_recovered_through_the_session_lock(database_url: str, procs: Procs) -> None:
@@ -97,7 +91,7 @@ def test_kill_9_mid_job_is_recovered_through_the_session_lock(database_url: str,
     assert f"reclaimed job {job_id}" in log_text(orchestrator), procs.logs()
 
 
-def test_frozen_worker_loses_its_job_when_the_lease_lapses_and_its_late_result_is_discarded(
+def test_frozen_worker_loses_its_job_when_the_lease_lapses_and_stops_with_77_on_thaw(
     database_url: str, procs: Procs
 ) -> None:
     env = service_env(database_url, QW_LEASE_SECONDS="3", QW_LEASE_RENEW_SECONDS="1")
@@ -139,14 +133,16 @@ def test_frozen_worker_loses_its_job_when_the_lease_lapses_and_its_late_result_i
     finally:
         os.kill(first.pid, signal.SIGCONT)
 
-    # The thawed worker finishes its (long) first run and must not overwrite the other worker's result.
-    wait_for_log(first, "no longer ours; result discarded", timeout=first_run_sleep + 10)
+    # The thawed worker finds its lease gone and stops at once (exit 77) instead of finishing a duplicate.
+    thawed_at = time.monotonic()
+    assert wait_exit(first, 10, procs) == 77, procs.logs()
+    assert time.monotonic() - thawed_at < first_run_sleep / 2, "it should stop at once, not finish the job first"
+    assert "no longer ours" in log_text(first)
     after = _job(database_url, job_id)
     assert after["status"] == "completed" and after["claimed_by"] == done["claimed_by"], (after, procs.logs())
     assert after["result"] == done["result"] and after["result"]["pid"] == second.pid, after["result"]
-    assert after["finished_at"] == done["finished_at"] and after["attempts"] == 2
+    assert after["finished_at"] == done["finished_at"] and after["updated_at"] == done["updated_at"] and after["attempts"] == 2
     assert [r["worker_pid"] for r in _executions(database_url, token)] == [first.pid, second.pid]
-    assert first.poll() is None, "the thawed worker should carry on, not crash"
 
 
 def test_sigterm_lets_the_running_job_finish_then_exits_cleanly(database_url: str, procs: Procs) -> None:
@@ -160,7 +156,7 @@ def test_sigterm_lets_the_running_job_finish_then_exits_cleanly(database_url: st
     worker.send_signal(signal.SIGTERM)
     termed_at = time.monotonic()
 
-    rc = _wait_exit(worker, 15, procs)
+    rc = wait_exit(worker, 15, procs)
     print(f"SIGTERM -> exit while finishing a 1s job: {time.monotonic() - termed_at:.2f}s")
     assert rc == 0, procs.logs()
     job = _job(database_url, job_id)
@@ -182,7 +178,7 @@ def test_sigterm_past_the_grace_period_hands_the_job_back_uncharged(database_url
     worker.send_signal(signal.SIGTERM)
     termed_at = time.monotonic()
 
-    rc = _wait_exit(worker, grace + 10, procs)
+    rc = wait_exit(worker, grace + 10, procs)
     took = time.monotonic() - termed_at
     print(f"SIGTERM -> job handed back and exit with a {grace}s grace: {took:.2f}s")
     assert rc == 0, procs.logs()

@@ -123,9 +123,12 @@ def test_a_retry_waiting_for_its_delay_is_not_claimable(database_url, conn):
     from queue_workflows import jobstore
 
     retried = jobstore.fetch_one(None, jobstore.retry_statement("ingest_jobs", job["id"], "w", error="boom", delay_seconds=60))
-    assert (retried["status"], retried["error"], retried["claimed_by"]) == ("queued", "boom", None)
+    assert (retried["status"], retried["error"], retried["claimed_by"]) == ("scheduled", "boom", None)
     assert node_queue.claim_ingest_job("fetch", claimant) is None
+    assert jobstore.promote_due(conn, "ingest_jobs", "fetch") == 0, "not due for another minute"
     conn.execute("UPDATE ingest_jobs SET run_after = now() WHERE id = %s", (job["id"],))
+    assert jobstore.promote_due(conn, "ingest_jobs", "load") == 0, "promotion is per queue"
+    assert jobstore.promote_due(conn, "ingest_jobs", "fetch") == 1
     again = node_queue.claim_ingest_job("fetch", claimant)
     assert again["attempts"] == 2
     spent = jobstore.retry_statement("ingest_jobs", job["id"], "w", error="x", delay_seconds=0)

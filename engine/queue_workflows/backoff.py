@@ -22,7 +22,10 @@ class Backoff:
 
     def next_delay(self) -> float:
         """The delay before the next try; grows by `factor` up to `maximum`, +/- `jitter`."""
-        base = min(self.maximum, self.initial * self.factor**self.attempt)
+        try:
+            base = min(self.maximum, self.initial * self.factor**self.attempt)
+        except OverflowError:  # a long outage: the cap has long been reached
+            base = self.maximum
         self.attempt += 1
         spread = base * self.jitter * (2 * self.random_fn() - 1)
         return max(0.0, min(self.maximum, base + spread))

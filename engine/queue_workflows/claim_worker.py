@@ -18,17 +18,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import config, db, jobstore, node_queue, queries
+import psycopg
+
+from . import config, db, exits, jobstore, node_queue, queries
 from .backoff import retry_delay
 from .errors import ConfigError
 from .executor import Outcome, run_ingest_job, run_node_job
 from .liveness import LivenessBeat
 from .queries import JobTable
-from .session import SessionClosed, WorkerSession
+from .session import SessionClosed, WorkerSession, first_line
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
 
 
 class ClaimWorker:
@@ -51,13 +52,12 @@ class ClaimWorker:
         self.current_model: str | None = None
         self.stop_event = threading.Event()
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
-        self.session.on_rekey = self._rekey_current_job
         self.beat = LivenessBeat(
             url=self.url,
             worker_id=self.worker_id,
             host_label=self.settings.host_label,
             queue=queue,
-            lock_key_fn=lambda: self.session.lock_key,
+            session=self.session,
             lease_seconds=self.settings.lease_seconds,
             renew_seconds=self.settings.lease_renew_seconds,
             heartbeat_seconds=self.settings.heartbeat_seconds,
@@ -82,7 +82,7 @@ class ClaimWorker:
             pass
         finally:
             self._shutdown()
-        return EXIT_OK
+        return exits.EXIT_OK
 
     def request_stop(self) -> None:
         """Stop claiming; a running job gets `shutdown_grace_seconds` to finish, then is handed back."""
@@ -102,6 +102,7 @@ class ClaimWorker:
         job = self._job
         if job is None or job["id"] != job_id:
             return
+        self.beat.job_finished()  # the release below revokes the job: that must not read as a takeover
         try:
             with db.connect(autocommit=True, url=self.url) as conn:
                 released = jobstore.release(conn, self.table, job_id, self.worker_id)
@@ -109,7 +110,7 @@ class ClaimWorker:
             log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
         finally:
             logging.shutdown()
-            os._exit(EXIT_OK)
+            os._exit(exits.EXIT_OK)
 
     def _shutdown(self) -> None:
         if self._grace_timer is not None:
@@ -125,6 +126,7 @@ class ClaimWorker:
         """Claim and run jobs until the queue is empty (or we are told to stop).
 
         Each job's outcome commits in the same transaction as the next claim: one commit per job.
+        When that claim finds nothing, one more claim first promotes the queue's due delayed jobs.
         """
         ran = 0
         job = self.session.run(self._claim) if self._may_claim() else None
@@ -132,15 +134,11 @@ class ClaimWorker:
             current = job
             outcome, elapsed = self._execute(current)
             ran += 1
-            marked, retry_in, job = self.session.run(lambda conn: self._finish_and_claim(conn, current, outcome))
+            marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))
             self._report(current, outcome, marked, retry_in, elapsed)
+            if job is None and self._may_claim():
+                job = self.session.run(self._claim)
         return ran
-
-    def _rekey_current_job(self, conn: Any, lock_key: int) -> None:
-        job = self._job
-        if job is not None:
-            params = {"job_id": job["id"], "worker_id": self.worker_id, "lock_key": lock_key}
-            conn.execute(queries.query("rekey_job", self.table), params)
 
     def _may_claim(self) -> bool:
         return not self.stop_event.is_set() and (self.max_jobs is None or self.jobs_done < self.max_jobs)
@@ -150,7 +148,10 @@ class ClaimWorker:
         return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model)
 
     def _claim(self, conn: Any) -> dict[str, Any] | None:
-        return jobstore.fetch_one(conn, self._claim_statement())
+        job = jobstore.fetch_one(conn, self._claim_statement())
+        if job is None and jobstore.promote_due(conn, self.table, self.queue):
+            job = jobstore.fetch_one(conn, self._claim_statement())
+        return job
 
     def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
         self._job = job
@@ -159,6 +160,19 @@ class ClaimWorker:
         outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
         self.jobs_done += 1
         return outcome, time.monotonic() - started
+
+    def _store_outcome(
+        self, conn: Any, job: dict[str, Any], outcome: Outcome
+    ) -> tuple[dict[str, Any] | None, float | None, dict[str, Any] | None]:
+        """`_finish_and_claim`, and when the server refuses the outcome itself, store that as the failure."""
+        try:
+            return self._finish_and_claim(conn, job, outcome)
+        except psycopg.OperationalError:
+            raise  # the session reconnects and tries again
+        except psycopg.Error as exc:
+            log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job["id"], first_line(exc))
+            refused = Outcome("failed", error=f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}")
+            return self._finish_and_claim(conn, job, refused)
 
     def _finish_and_claim(
         self, conn: Any, job: dict[str, Any], outcome: Outcome
@@ -179,10 +193,10 @@ class ClaimWorker:
         claim_next = self._may_claim()
         if claim_next:
             statements.append(self._claim_statement())
+        self.beat.job_finished()  # before the commit: a revocation we cause ourselves must not stop us
         with conn.pipeline(), conn.transaction():
             cursors = [conn.execute(*statement) for statement in statements]
         rows = [cursor.fetchone() for cursor in cursors]
-        self.beat.job_finished()
         self._job = None
         next_job = rows.pop() if claim_next else None
         retried = rows[0] if retry_in is not None else None

@@ -9,6 +9,7 @@ from . import db, queries
 from .queries import JobTable
 
 # Advisory-lock namespace (first int4 key) for worker sessions; the second key is the worker's lock_key.
+# The view qw_worker_sessions (migration 0007) spells the same number.
 WORKER_LOCK_NAMESPACE = 0x5157
 
 Row = dict[str, Any]
@@ -82,19 +83,37 @@ def renew_lease(conn: db.Conn, table: JobTable, job_id: int, worker_id: str, lea
         return c.execute(queries.query("renew_lease", table), params).fetchone() is not None
 
 
-def reclaim_orphans(conn: db.Conn, table: JobTable, *, session_grace_seconds: float) -> list[Row]:
-    params = {"lock_namespace": WORKER_LOCK_NAMESPACE, "session_grace_seconds": session_grace_seconds}
+def lockless_jobs(conn: db.Conn, table: JobTable, *, session_grace_seconds: float) -> list[int]:
+    """Ids of running jobs that no session holds the worker lock for (outside a restart's grace)."""
     with db.transaction(conn) as c:
-        return c.execute(queries.query("reclaim_orphans", table), params).fetchall()
+        rows = c.execute(queries.query("lockless_jobs", table), {"session_grace_seconds": session_grace_seconds}).fetchall()
+    return [row["id"] for row in rows]
+
+
+def reclaim_orphans(conn: db.Conn, table: JobTable, *, suspects: list[int]) -> list[Row]:
+    """Requeue (or fail) lapsed-lease jobs, and those `suspects` that are still lockless."""
+    with db.transaction(conn) as c:
+        return c.execute(queries.query("reclaim_orphans", table), {"suspects": suspects}).fetchall()
+
+
+def promote_due(conn: db.Conn, table: JobTable, queue: str | None = None, *, limit: int = 1000) -> int:
+    """Make delayed jobs whose `run_after` has come claimable (one queue, or all); returns how many."""
+    with db.transaction(conn) as c:
+        return len(c.execute(queries.query("promote_due_jobs", table), {"queue": queue, "limit": limit}).fetchall())
+
+
+def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[str]:
+    with db.transaction(conn) as c:
+        rows = c.execute(queries.query("prune_dead_heartbeats"), {"stale_after_seconds": stale_after_seconds}).fetchall()
+    return [row["worker_id"] for row in rows]
 
 
 def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, int]]:
-    counts = {q: {"queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0} for q in sorted(queues)}
+    counts = {q: {"scheduled": 0, "queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0} for q in sorted(queues)}
     for row in conn.execute(queries.query("queue_counts", table)):
         if row["queue"] in counts and row["status"] in counts[row["queue"]]:
             counts[row["queue"]][row["status"]] = row["n"]
-    params = {"lock_namespace": WORKER_LOCK_NAMESPACE, "stale_after_seconds": stale_after_seconds}
-    for row in conn.execute(queries.query("live_workers"), params):
+    for row in conn.execute(queries.query("live_workers"), {"stale_after_seconds": stale_after_seconds}):
         if row["queue"] in counts:
             counts[row["queue"]]["workers"] = row["n"]
     return counts

@@ -1,9 +1,16 @@
-"""Recovery: the one path by which an orphaned running job goes back to `queued`."""
+"""Recovery and housekeeping: the one path by which an orphaned running job goes back to `queued`.
+
+A running job is orphaned when its lease lapsed (the host vanished) or when no session holds
+its worker's lock in two looks a sweep apart (the process died: a live worker that lost a
+connection has restored it by then). The same sweep promotes due delayed jobs and prunes the
+heartbeat rows of dead workers. See docs/liveness.md.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -12,17 +19,28 @@ from . import config, db, jobstore
 from .backoff import Backoff
 from .jobstore import Row
 from .node_queue import INGEST_TABLE, NODE_TABLE
+from .queries import JobTable
+from .session import first_line
 
 log = logging.getLogger(__name__)
 
+TABLES: tuple[JobTable, ...] = (NODE_TABLE, INGEST_TABLE)
+Suspects = dict[JobTable, list[int]]
 
-def reclaim_orphans(conn: db.Conn | None = None) -> list[Row]:
-    """Requeue (or, with attempts spent, fail) running jobs whose worker session is gone or whose lease lapsed."""
+
+def find_suspects(conn: db.Conn | None = None) -> Suspects:
+    """Running jobs whose worker lock nobody holds right now (restart grace aside)."""
     grace = config.current().settings.lease_seconds
+    with db.transaction(conn) as c:
+        return {table: jobstore.lockless_jobs(c, table, session_grace_seconds=grace) for table in TABLES}
+
+
+def reclaim_confirmed(conn: db.Conn | None, suspects: Suspects) -> list[Row]:
+    """Requeue (or, with attempts spent, fail) lapsed-lease jobs and the suspects still lockless now."""
     reclaimed: list[Row] = []
     with db.transaction(conn) as c:
-        for table in (NODE_TABLE, INGEST_TABLE):
-            reclaimed.extend(jobstore.reclaim_orphans(c, table, session_grace_seconds=grace))
+        for table in TABLES:
+            reclaimed.extend(jobstore.reclaim_orphans(c, table, suspects=suspects.get(table, [])))
     for row in reclaimed:
         log.warning(
             "reclaimed job %s on %r from %s (attempt %s) -> %s",
@@ -31,8 +49,20 @@ def reclaim_orphans(conn: db.Conn | None = None) -> list[Row]:
     return reclaimed
 
 
+def reclaim_orphans(conn: db.Conn | None = None, *, confirm_seconds: float | None = None) -> list[Row]:
+    """One recovery pass: look for lockless jobs, look again after `confirm_seconds`, reclaim.
+
+    `confirm_seconds` defaults to the sweep interval, the same window the orchestrator gives.
+    """
+    suspects = find_suspects(conn)
+    if any(suspects.values()):
+        wait = config.current().settings.reclaim_interval_seconds if confirm_seconds is None else confirm_seconds
+        time.sleep(wait)
+    return reclaim_confirmed(conn, suspects)
+
+
 class ReclaimLoop:
-    """Runs `reclaim_orphans` every `reclaim_interval_seconds` until stopped, riding out outages."""
+    """The orchestrator's sweep, every `reclaim_interval_seconds` until stopped, riding out outages."""
 
     def __init__(
         self,
@@ -40,12 +70,30 @@ class ReclaimLoop:
         stop_event: threading.Event,
         interval: float | None = None,
         sleep_fn: Callable[[float], None] | None = None,
+        now_fn: Callable[[], float] = time.monotonic,
     ) -> None:
+        settings = config.current().settings
         self.stop_event = stop_event
-        self.interval = interval or config.current().settings.reclaim_interval_seconds
+        self.interval = interval or settings.reclaim_interval_seconds
+        self.heartbeat_stale_seconds = 3 * settings.heartbeat_seconds
         self.sleep_fn = sleep_fn or stop_event.wait
+        self.now_fn = now_fn
         self.backoff = Backoff(initial=0.2, maximum=5.0)
         self.total = 0
+        self.suspects: Suspects = {}
+        self._next_prune = 0.0
+
+    def sweep(self, conn: db.Conn) -> None:
+        reclaimed = reclaim_confirmed(conn, self.suspects)
+        self.total += len(reclaimed)
+        self.suspects = find_suspects(conn)
+        for table in TABLES:
+            jobstore.promote_due(conn, table)
+        if self.now_fn() >= self._next_prune:
+            pruned = jobstore.prune_dead_heartbeats(conn, stale_after_seconds=self.heartbeat_stale_seconds)
+            if pruned:
+                log.info("pruned %d heartbeat row(s) of dead workers", len(pruned))
+            self._next_prune = self.now_fn() + self.heartbeat_stale_seconds / 3
 
     def run_forever(self) -> None:
         url = config.current().database_url()
@@ -54,17 +102,18 @@ class ReclaimLoop:
             try:
                 if conn is None or conn.closed:
                     conn = db.connect(autocommit=True, url=url)
-                self.total += len(reclaim_orphans(conn))
+                self.sweep(conn)
                 self.backoff.reset()
                 self.sleep_fn(self.interval)
-            except psycopg.OperationalError as exc:
+            except Exception as exc:  # noqa: BLE001 - the sweep outlives any error
                 if conn is not None:
                     conn.close()
-                conn = None
+                conn, self.suspects = None, {}
                 delay = self.backoff.next_delay()
-                log.warning("reclaim: database unavailable (%s); retrying in %.2fs", str(exc).strip().splitlines()[0] if str(exc).strip() else exc, delay)
+                if isinstance(exc, psycopg.OperationalError):
+                    log.warning("reclaim: database unavailable (%s); retrying in %.2fs", first_line(exc), delay)
+                else:
+                    log.exception("reclaim sweep failed; retrying in %.2fs", delay)
                 self.sleep_fn(delay)
         if conn is not None:
             conn.close()
-
-

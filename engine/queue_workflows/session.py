@@ -1,12 +1,15 @@
-"""A worker's database session: one connection that LISTENs and holds the worker's advisory lock.
+"""A worker's database session: the connection it claims on, LISTENs on, and holds its lock with.
 
-The lock is how the rest of the cluster knows the worker is alive: Postgres drops it the
-instant the connection closes, so a dead process frees its job without waiting for a lease.
+The worker's lock key is taken once from a sequence and held *shared*, here and on the
+liveness beat's connection: the rest of the cluster counts the worker alive while either
+connection holds it, so the loss of one connection is survivable but the process's death is
+seen at once. See docs/liveness.md.
 """
 
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +30,26 @@ class SessionClosed(Exception):
     """The worker is stopping; the operation was abandoned while reconnecting."""
 
 
+def hold_worker_lock(conn: db.Conn, key: int) -> None:
+    """Take the worker's lock (shared) on `conn`; it lasts as long as that connection."""
+    row = conn.execute(queries.query("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
+    if not (row and row["acquired"]):
+        raise psycopg.OperationalError(f"worker lock {key} is held exclusively by another session")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def readable(conn: db.Conn) -> bool:
+    """True when the server sent something unasked: a notification, or the news that it closed us."""
+    try:
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError, psycopg.Error):
+        return True
+
+
 class WorkerSession:
     def __init__(
         self,
@@ -43,50 +66,39 @@ class WorkerSession:
         self.backoff = backoff or Backoff()
         self.sleep_fn = sleep_fn
         self.lock_key: int | None = None
-        # Called as on_rekey(conn, new_key) when the session had to change lock keys.
-        self.on_rekey: Callable[[db.Conn, int], None] | None = None
         self._conn: db.Conn | None = None
+        self._open = True
+        # Held by whoever is using the connection, so the liveness beat repairs it only when idle.
+        self._use = threading.RLock()
 
     @property
     def conn(self) -> db.Conn:
-        if self._conn is None or self._conn.closed:
-            self._connect_until_ready()
-        assert self._conn is not None
+        with self._use:
+            if self._conn is None or self._conn.closed:
+                self._connect_until_ready()
+            assert self._conn is not None
+            return self._conn
+
+    def current_connection(self) -> db.Conn | None:
+        """The open connection, if any, without connecting (for watching its socket)."""
         return self._conn
 
     def _open_once(self) -> db.Conn:
         conn = db.connect(autocommit=True, url=self.url)
         try:
-            if self.lock_key is None or not self._try_lock(conn, self.lock_key):
-                # First connect, or our old backend outlived its client (a half-open connection)
-                # and still holds the old key: carry on under a fresh one.
-                old, self.lock_key = self.lock_key, self._fresh_lock(conn)
-                if old is not None:
-                    log.warning("session lock %s is still held by our previous backend; now using %s", old, self.lock_key)
-                    if self.on_rekey is not None:
-                        self.on_rekey(conn, self.lock_key)
+            if self.lock_key is None:
+                self.lock_key = int(conn.execute(queries.query("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
+            hold_worker_lock(conn, self.lock_key)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             return conn
         except BaseException:
             conn.close()
             raise
 
-    @staticmethod
-    def _try_lock(conn: db.Conn, key: int) -> bool:
-        row = conn.execute(queries.query("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
-        return bool(row and row["acquired"])
-
-    def _fresh_lock(self, conn: db.Conn) -> int:
-        for _ in range(10):
-            key = int(conn.execute(queries.query("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
-            if self._try_lock(conn, key):
-                return key
-        raise psycopg.OperationalError("could not take a free worker session lock in 10 tries")
-
     def _connect_until_ready(self) -> None:
-        self.close()
+        self._discard()
         while True:
-            if self.stop_event.is_set():
+            if self.stop_event.is_set() or not self._open:
                 raise SessionClosed("worker stopping")
             try:
                 self._conn = self._open_once()
@@ -96,18 +108,45 @@ class WorkerSession:
                 return
             except psycopg.OperationalError as exc:
                 delay = self.backoff.next_delay()
-                log.warning("database unavailable (%s); retrying in %.2fs", str(exc).strip().splitlines()[0], delay)
+                log.warning("database unavailable (%s); retrying in %.2fs", first_line(exc), delay)
                 self.sleep_fn(delay)
 
     def run(self, fn: Callable[[db.Conn], T]) -> T:
         """Run `fn(conn)`, reconnecting and retrying when the connection is lost."""
-        while True:
-            conn = self.conn
-            try:
-                return fn(conn)
-            except psycopg.OperationalError as exc:
-                log.warning("lost database session: %s", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
-                self.close()
+        with self._use:
+            while True:
+                conn = self.conn
+                try:
+                    return fn(conn)
+                except psycopg.OperationalError as exc:
+                    log.warning("lost database session: %s", first_line(exc))
+                    self._discard()
+
+    def repair_if_idle(self) -> bool:
+        """Reopen a connection the server dropped while nobody was using it (one try); True if repaired.
+
+        Called from the liveness beat, so a running job's worker gets its second lock holder back
+        without waiting for the job to return.
+        """
+        if not self._use.acquire(blocking=False):
+            return False
+        try:
+            conn = self._conn
+            if not self._open or self.lock_key is None:
+                return False  # closed for good, or never opened: nothing to restore
+            if conn is not None and not conn.closed and readable(conn):
+                try:
+                    conn.execute("SELECT 1")  # notifications go to psycopg's backlog, not lost
+                except psycopg.OperationalError as exc:
+                    log.warning("session connection lost while idle (%s); reopening", first_line(exc))
+                    self._discard()
+            if self._conn is not None and not self._conn.closed:
+                return False
+            self._conn = self._open_once()
+            log.warning("session connection restored in the background (lock %s)", self.lock_key)
+            return True
+        finally:
+            self._use.release()
 
     def wait(self, timeout: float, payload: str, *, slice_seconds: float = 0.1) -> bool:
         """Block up to `timeout` for a NOTIFY with `payload`; False on timeout or when stopping.
@@ -128,10 +167,16 @@ class WorkerSession:
 
         return self.run(_wait)
 
-    def close(self) -> None:
+    def _discard(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.closed:
             try:
                 conn.close()
             except psycopg.Error:
                 pass
+
+    def close(self) -> None:
+        """Close for good: the worker is stopping and nothing may reopen the connection."""
+        with self._use:
+            self._open = False
+            self._discard()

@@ -29,7 +29,7 @@ UPDATE {table} AS j
  WHERE j.id = (
         SELECT id
           FROM {table}
-         WHERE status = 'queued' AND queue = %(queue)s AND run_after <= now()
+         WHERE status = 'queued' AND queue = %(queue)s
          ORDER BY {order_by}
            FOR UPDATE SKIP LOCKED
          LIMIT 1)
@@ -54,9 +54,9 @@ UPDATE {table}
 RETURNING *;
 
 -- name: retry_job
--- A failed attempt with attempts left goes back to the queue after a backoff delay.
+-- A failed attempt with attempts left waits out a backoff delay as 'scheduled'.
 UPDATE {table}
-   SET status = 'queued', error = %(error)s, run_after = now() + make_interval(secs => %(delay_seconds)s),
+   SET status = 'scheduled', error = %(error)s, run_after = now() + make_interval(secs => %(delay_seconds)s),
        claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL, started_at = NULL, updated_at = now()
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running' AND attempts < max_attempts
 RETURNING *;
@@ -75,32 +75,29 @@ UPDATE {table}
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
 RETURNING id;
 
--- name: rekey_job
--- The worker's session now holds a different lock key: move its running job onto it.
-UPDATE {table} SET claim_lock_key = %(lock_key)s, updated_at = now()
- WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
-RETURNING id;
+-- name: lockless_jobs
+-- Running jobs whose worker no session speaks for any more: suspects, reclaimed only if
+-- still lockless a moment later (a live worker restores a dropped connection within that).
+-- A job claimed before the current server start lost its lock in the restart, not in a
+-- crash: its worker gets the grace period to reconnect and retake the lock.
+SELECT j.id
+  FROM {table} j
+ WHERE j.status = 'running'
+   AND j.claim_lock_key IS NOT NULL
+   AND (j.started_at > pg_postmaster_start_time()
+        OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
+   AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM qw_worker_sessions);
 
 -- name: reclaim_orphans
--- The one recovery path for a running job whose worker is gone: its session's
--- advisory lock is no longer held (process died), or its lease lapsed (host vanished).
--- A job claimed before the current server start lost its lock in the restart, not in
--- a crash: its worker gets the grace period to reconnect and retake the lock.
-WITH live_sessions AS (
-    SELECT l.objid::bigint AS lock_key
-      FROM pg_locks l
-     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-       AND l.classid::bigint = %(lock_namespace)s
-       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-), orphans AS (
+-- The one recovery path for a running job whose worker is gone: a suspect that still has
+-- no session holding its worker's lock (the process died), or a lapsed lease (the host vanished).
+WITH orphans AS (
     SELECT j.id, j.claimed_by
       FROM {table} j
      WHERE j.status = 'running'
        AND (j.lease_expires_at < now()
-            OR ((j.started_at > pg_postmaster_start_time()
-                 OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
-                AND j.claim_lock_key IS NOT NULL
-                AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM live_sessions)))
+            OR (j.id = ANY(%(suspects)s::bigint[])
+                AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM qw_worker_sessions)))
        FOR UPDATE SKIP LOCKED
 )
 UPDATE {table} j
@@ -121,17 +118,15 @@ SELECT queue, status, count(*) AS n FROM {table} GROUP BY queue, status;
 SELECT h.queue, count(*) AS n
   FROM worker_heartbeats h
  WHERE h.last_seen > now() - make_interval(secs => %(stale_after_seconds)s)
-   AND EXISTS (SELECT 1 FROM pg_locks l
-                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                  AND l.classid::bigint = %(lock_namespace)s AND l.objid::bigint = h.lock_key
-                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+   AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
  GROUP BY h.queue;
 
 -- name: next_worker_lock_key
 SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
 
 -- name: acquire_session_lock
-SELECT pg_try_advisory_lock(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
+-- Shared, so the worker's two connections can both hold it; keys come from a sequence.
+SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
 
 -- name: upsert_heartbeat
 INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, last_seen)
@@ -142,3 +137,23 @@ ON CONFLICT (worker_id) DO UPDATE
 
 -- name: delete_heartbeat
 DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
+
+-- name: promote_due_jobs
+-- Delayed jobs whose time has come become claimable; the requeue trigger wakes workers.
+UPDATE {table} j
+   SET status = 'queued', updated_at = now()
+  FROM (SELECT id FROM {table}
+         WHERE status = 'scheduled' AND run_after <= now()
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+         ORDER BY run_after
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED) due
+ WHERE j.id = due.id
+RETURNING j.id;
+
+-- name: prune_dead_heartbeats
+-- Heartbeat rows of workers that are gone: stale, and no session holds their lock.
+DELETE FROM worker_heartbeats
+ WHERE last_seen < now() - make_interval(secs => %(stale_after_seconds)s)
+   AND lock_key NOT IN (SELECT lock_key FROM qw_worker_sessions)
+RETURNING worker_id;

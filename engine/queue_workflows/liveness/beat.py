@@ -1,0 +1,262 @@
+"""The worker's background beat: everything liveness needs while the main thread runs a job.
+
+It holds the worker's lock on a second connection, reopens either of the worker's connections
+within about a second when the server drops one, renews the running job's lease, upserts the
+heartbeat row, and ends the process (exit 77) when the job is taken away or its lease can no
+longer be kept. It never dies of an error: every failure is logged and retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from .. import db, jobstore, queries
+from ..backoff import Backoff
+from ..exits import EXIT_JOB_TAKEN, exit_now
+from ..queries import JobTable
+from ..session import WorkerSession, first_line, hold_worker_lock
+
+log = logging.getLogger(__name__)
+
+REVOKED_CHANNEL = "qw_job_revoked"
+
+
+@dataclass(frozen=True)
+class CurrentJob:
+    table: JobTable
+    job_id: int
+
+
+class LivenessBeat(threading.Thread):
+    def __init__(
+        self,
+        *,
+        url: str,
+        worker_id: str,
+        host_label: str,
+        queue: str,
+        session: WorkerSession,
+        lease_seconds: float,
+        renew_seconds: float,
+        heartbeat_seconds: float,
+        check_seconds: float = 0.25,
+        now_fn: Callable[[], float] = time.monotonic,
+        exit_fn: Callable[[int, str], None] = exit_now,
+    ) -> None:
+        super().__init__(name=f"liveness-{queue}", daemon=True)
+        self.url = url
+        self.worker_id = worker_id
+        self.host_label = host_label
+        self.queue = queue
+        self.session = session
+        self.lease_seconds = lease_seconds
+        self.renew_seconds = renew_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self.check_seconds = check_seconds
+        # Give up on a lease this long before it would lapse, so nobody else can hold it yet.
+        self.lease_margin = min(2.0, lease_seconds / 10)
+        self.now_fn = now_fn
+        self.exit_fn = exit_fn
+        self.state = "idle"
+        self.backoff = Backoff(initial=0.05, maximum=1.0)
+        self._job: CurrentJob | None = None
+        self._job_lock = threading.Lock()
+        self._lease_deadline = float("inf")
+        self._next_renew = float("inf")
+        self._next_heartbeat = 0.0
+        self._lost_at: float | None = None
+        self._conn: db.Conn | None = None
+        self._halt = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+
+    # -- called from the worker's main thread ----------------------------------------------
+
+    def job_started(self, table: JobTable, job_id: int) -> None:
+        now = self.now_fn()
+        with self._job_lock:
+            self._job = CurrentJob(table, job_id)
+            self._lease_deadline = now + self.lease_seconds
+            self._next_renew = now + self.renew_seconds
+        self.state = "busy"
+        self._poke()
+
+    def job_finished(self) -> None:
+        """The job's code returned: from here on, losing the job is the worker's own doing."""
+        with self._job_lock:
+            self._job = None
+        self.state = "stopping" if self.state == "stopping" else "idle"
+
+    def stopping(self) -> None:
+        self.state = "stopping"
+        self._next_heartbeat = 0.0
+        self._poke()
+
+    def stop(self) -> None:
+        """Stop beating, remove this worker's heartbeat row and close the connection."""
+        self._halt.set()
+        self._poke()
+        if self.is_alive():
+            self.join(timeout=5)
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            try:
+                conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
+            except psycopg.Error as exc:
+                log.debug("liveness: heartbeat row not removed: %s", first_line(exc))
+            conn.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        # The lease guard runs apart, so a statement stuck in the network cannot keep us running unleased.
+        threading.Thread(target=self._guard_lease, name=f"lease-guard-{self.queue}", daemon=True).start()
+        while not self._halt.is_set():
+            try:
+                self._tick()
+                self.backoff.reset()
+                self._sleep(max(0.0, min(self.check_seconds, self._next_due() - self.now_fn())))
+            except Exception as exc:  # noqa: BLE001 - the beat must outlive any error
+                try:
+                    self._failed(exc)
+                finally:
+                    self._halt.wait(self.backoff.next_delay())
+
+    def _guard_lease(self) -> None:
+        while not self._halt.wait(0.05):
+            job = self._job
+            if job is not None and self.now_fn() >= self._lease_deadline - self.lease_margin:
+                self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
+
+    def _tick(self) -> None:
+        conn = self._anchor()
+        revoked = self._revocations(conn)
+        now = self.now_fn()
+        job = self._job
+        if job is not None and (job.job_id in revoked or now >= self._next_renew):
+            self._renew(conn, job, now)
+        if now >= self._next_heartbeat:
+            self._heartbeat(conn, job)
+            self._next_heartbeat = now + self.heartbeat_seconds
+        self.session.repair_if_idle()
+
+    def _anchor(self) -> db.Conn:
+        """This thread's connection, holding the worker's lock and listening for revocations."""
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        key = self.session.lock_key
+        if key is None:
+            raise RuntimeError("the worker session has no lock key yet")
+        conn = db.connect(autocommit=True, url=self.url)
+        try:
+            # A renewal stuck behind a lock must fail and retry, not sit past the lease.
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{max(1, int(self.renew_seconds * 1000))}ms",))
+            hold_worker_lock(conn, key)
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(REVOKED_CHANNEL)))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        if self._lost_at is not None:
+            log.warning("liveness connection restored after %.2fs (lock %s)", self.now_fn() - self._lost_at, key)
+            self._lost_at = None
+        with self._job_lock:
+            self._next_renew = min(self._next_renew, self.now_fn())  # after a gap, check the job at once
+        return conn
+
+    def _revocations(self, conn: db.Conn) -> set[int]:
+        mine = set()
+        for notice in conn.notifies(timeout=0):
+            job_id, _, worker_id = notice.payload.partition(":")
+            if worker_id == self.worker_id and job_id.isdigit():
+                mine.add(int(job_id))
+        return mine
+
+    def _renew(self, conn: db.Conn, job: CurrentJob, now: float) -> None:
+        if jobstore.renew_lease(conn, job.table, job.job_id, self.worker_id, self.lease_seconds):
+            with self._job_lock:
+                if self._job is job:
+                    self._lease_deadline = now + self.lease_seconds
+                    self._next_renew = now + self.renew_seconds
+        else:
+            self._job_taken(job, "it was reclaimed, released or ended by someone else")
+
+    def _heartbeat(self, conn: db.Conn, job: CurrentJob | None) -> None:
+        params = {
+            "worker_id": self.worker_id,
+            "host_label": self.host_label,
+            "queue": self.queue,
+            "pid": os.getpid(),
+            "lock_key": self.session.lock_key,
+            "state": self.state,
+            "current_job_id": job.job_id if job else None,
+        }
+        conn.execute(queries.query("upsert_heartbeat"), params)
+
+    def _job_taken(self, job: CurrentJob, why: str) -> None:
+        with self._job_lock:
+            if self._job is not job:
+                return  # the job finished meanwhile
+            self._job = None
+            self.exit_fn(EXIT_JOB_TAKEN, f"job {job.job_id} is no longer ours ({why}); stopping rather than running it twice")
+
+    def _failed(self, exc: Exception) -> None:
+        if self._lost_at is None:
+            self._lost_at = self.now_fn()
+            if isinstance(exc, psycopg.OperationalError):
+                log.warning("liveness: database connection lost (%s); reconnecting", first_line(exc))
+            else:
+                log.exception("liveness beat failed; retrying")
+        else:
+            log.debug("liveness: still failing: %s", first_line(exc))
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _next_due(self) -> float:
+        due = self._next_heartbeat
+        if self._job is not None:
+            due = min(due, self._next_renew, self._lease_deadline - self.lease_margin)
+        return due
+
+    def _sleep(self, timeout: float) -> None:
+        """Sleep until `timeout`, a poke, or the server writes to one of our connections."""
+        fds = [self._wake_r]
+        for conn in (self._conn, self.session.current_connection() if self._job is not None else None):
+            if conn is not None and not conn.closed:
+                try:
+                    fds.append(conn.fileno())
+                except psycopg.Error:
+                    pass
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except (OSError, ValueError):
+            self._halt.wait(min(timeout, 0.05))
+            return
+        if self._wake_r in ready:
+            try:
+                os.read(self._wake_r, 4096)
+            except OSError:
+                pass
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:
+            pass

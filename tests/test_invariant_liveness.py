@@ -1,0 +1,196 @@
+"""Contract 4: a live worker keeps its job through the loss of any one connection and through a
+Postgres restart; a worker whose job is taken away stops (exit 77) and leaves the row alone.
+
+Real worker and orchestrator processes, real backends terminated, a real Postgres restarted.
+Leases are long wherever only the lock path is under test, so a pass cannot come from the lease.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psycopg
+import pytest
+
+from procs import PrivatePostgres, Procs, wait_exit, log_text, query, query_or_none, service_env, wait_for_log, wait_until, wait_workers_ready
+import qw_test_app
+from queue_workflows import db, node_queue, register_ingest_task
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(autouse=True)
+def _test_tasks() -> None:
+    register_ingest_task("record", qw_test_app.record)
+
+HOLDERS = (
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 20823 "
+    "AND objsubid = 2 AND objid = %s ORDER BY pid"
+)
+
+
+def _holders(url: str, key: int) -> list[int]:
+    return [r["pid"] for r in query_or_none(url, HOLDERS, (key,)) or []]
+
+
+def _job(url: str, job_id: int) -> dict:
+    [row] = query(url, "SELECT * FROM ingest_jobs WHERE id = %s", (job_id,))
+    return row
+
+
+def _executions(url: str, token: str) -> list[int]:
+    return [r["worker_pid"] for r in query(url, "SELECT worker_pid FROM test_executions WHERE token = %s ORDER BY id", (token,))]
+
+
+def _start_long_job(url: str, procs: Procs, token: str, seconds: float) -> dict:
+    with db.connect(url=url) as conn, conn.transaction():  # not the pool: a private server may go away
+        job_id = node_queue.enqueue_ingest_job("record", "fetch", {"token": token, "sleep": seconds}, conn=conn)["id"]
+
+    def body_running() -> dict | None:
+        job = _job(url, job_id)
+        return job if job["status"] == "running" and _executions(url, token) else None
+
+    return wait_until(body_running, timeout=20, what=f"job {job_id} running its body\n{procs.logs()}")
+
+
+def _wait_two_holders(url: str, key: int, procs: Procs, *, besides: set[int], timeout: float = 5.0) -> tuple[list[int], float]:
+    """Wait until two backends other than `besides` hold the worker's lock; returns them and the wait."""
+    started = time.monotonic()
+    try:
+        holders = wait_until(
+            lambda: (h := _holders(url, key)) and len(h) == 2 and not set(h) & besides and h,
+            timeout=timeout, interval=0.01, what=f"lock {key} held by two fresh backends",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{procs.logs()}") from None
+    return holders, time.monotonic() - started
+
+
+
+def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_twice(database_url: str, procs: Procs) -> None:
+    env = service_env(database_url, QW_LEASE_SECONDS="120", QW_LEASE_RENEW_SECONDS="40")
+    orchestrator = procs.orchestrator(env)
+    busy, spare = procs.worker(env, "fetch"), procs.worker(env, "fetch")  # `spare` would take a reclaimed job
+    wait_workers_ready(database_url, [busy, spare])
+    wait_for_log(orchestrator, "orchestrator running", timeout=30)
+
+    token = "terminate-in-turn"
+    job = _start_long_job(database_url, procs, token, seconds=12)
+    owner = busy if str(busy.pid) in job["claimed_by"] else spare
+    key = job["claim_lock_key"]
+    holders = _holders(database_url, key)
+    assert len(holders) == 2, f"a busy worker holds its lock on two connections: {holders}"
+
+    restore_times = []
+    terminated: set[int] = set()
+    for round_ in range(2):
+        for victim in list(holders):
+            query(database_url, "SELECT pg_terminate_backend(%s)", (victim,))
+            terminated.add(victim)
+            holders, took = _wait_two_holders(database_url, key, procs, besides=terminated)
+            restore_times.append(took)
+            assert _job(database_url, job["id"])["claimed_by"] == job["claimed_by"], procs.logs()
+    print(f"lock restored after terminating one backend: {', '.join(f'{t:.3f}s' for t in restore_times)}")
+    assert max(restore_times) < 1.5, restore_times
+
+    done = wait_until(lambda: (j := _job(database_url, job["id"]))["status"] == "completed" and j, timeout=30, what=f"job done\n{procs.logs()}")
+    assert done["attempts"] == 1 and done["claimed_by"] == job["claimed_by"], (done, procs.logs())
+    assert _executions(database_url, token) == [owner.pid], "the job ran exactly once, on its first worker"
+    assert busy.poll() is None and spare.poll() is None, procs.logs()
+    assert "reclaimed job" not in log_text(orchestrator), procs.logs()
+
+
+def test_postgres_restart_during_a_job_three_times_the_lease_runs_it_once(
+    private_pg: PrivatePostgres, private_database_url: str, procs: Procs
+) -> None:
+    url = private_database_url
+    lease = 6.0
+    env = service_env(url, QW_LEASE_SECONDS=str(lease), QW_LEASE_RENEW_SECONDS="1")
+    orchestrator = procs.orchestrator(env)
+    worker, spare = procs.worker(env, "fetch"), procs.worker(env, "fetch")
+    wait_workers_ready(url, [worker, spare])
+    wait_for_log(orchestrator, "orchestrator running", timeout=30)
+
+    token = "restart-long"
+    job = _start_long_job(url, procs, token, seconds=3 * lease)
+    owner_pid = int(job["claimed_by"].rsplit(":", 2)[1])
+    private_pg.stop()
+    time.sleep(1.0)  # the outage itself
+    private_pg.start()
+    up_at = time.monotonic()
+    _, restored = _wait_two_holders(url, job["claim_lock_key"], procs, besides=set(), timeout=10)
+    print(f"worker lock held on two connections again {time.monotonic() - up_at:.2f}s after Postgres came back")
+
+    done = wait_until(
+        lambda: (rows := query_or_none(url, "SELECT * FROM ingest_jobs WHERE id = %s AND status <> 'running'", (job["id"],))) and rows[0],
+        timeout=4 * lease, what=f"job finished\n{procs.logs()}",
+    )
+    assert (done["status"], done["attempts"], done["claimed_by"]) == ("completed", 1, job["claimed_by"]), (done, procs.logs())
+    assert _executions(url, token) == [owner_pid], procs.logs()
+    assert worker.poll() is None and spare.poll() is None and orchestrator.poll() is None, procs.logs()
+
+
+@pytest.mark.parametrize("taken_by", ["reclaim", "another worker"])
+def test_a_worker_whose_job_is_taken_away_exits_77_and_leaves_the_row_alone(database_url: str, procs: Procs, taken_by: str) -> None:
+    worker = procs.worker(service_env(database_url, QW_LEASE_SECONDS="120", QW_LEASE_RENEW_SECONDS="40"), "fetch")
+    wait_workers_ready(database_url, [worker])
+    token = f"taken-{taken_by}"
+    job = _start_long_job(database_url, procs, token, seconds=30)
+
+    if taken_by == "reclaim":
+        change = "status = 'queued', claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL"
+    else:
+        change = "claimed_by = 'elsewhere:fetch:1:abc', claim_lock_key = 1"
+    [taken] = query(database_url, f"UPDATE ingest_jobs SET {change}, updated_at = now() WHERE id = %s RETURNING *", (job["id"],))
+    taken_at = time.monotonic()
+    assert wait_exit(worker, 10, procs) == 77, procs.logs()
+    print(f"job taken away -> worker exited 77 after {time.monotonic() - taken_at:.3f}s")
+    assert time.monotonic() - taken_at < 3, "it learns at once (revocation notice), not at its next renewal"
+    assert _job(database_url, job["id"]) == taken, "the loser must not touch the row"
+    assert _executions(database_url, token) == [worker.pid]
+    assert "no longer ours" in log_text(worker)
+
+
+def test_a_lease_that_cannot_be_renewed_stops_the_job_before_it_lapses(database_url: str, procs: Procs) -> None:
+    lease = 3.0
+    worker = procs.worker(service_env(database_url, QW_LEASE_SECONDS=str(lease), QW_LEASE_RENEW_SECONDS="0.5"), "fetch")
+    wait_workers_ready(database_url, [worker])
+    job = _start_long_job(database_url, procs, "unrenewable", seconds=60)
+
+    blocker = psycopg.connect(database_url)
+    try:
+        blocker.execute("LOCK TABLE ingest_jobs IN EXCLUSIVE MODE")  # renewals block; reads still work
+        locked_at = time.monotonic()
+        assert wait_exit(worker, 3 * lease, procs) == 77, procs.logs()
+        stopped_after = time.monotonic() - locked_at
+        row = _job(database_url, job["id"])
+        assert row["lease_expires_at"] is not None and (row["status"], row["claimed_by"]) == ("running", job["claimed_by"])
+        still_leased = query(database_url, "SELECT %s > now() AS ok", (row["lease_expires_at"],))[0]["ok"]
+    finally:
+        blocker.close()
+    print(f"renewals blocked -> worker stopped after {stopped_after:.2f}s (lease {lease:g}s)")
+    assert still_leased, "the worker must stop before its lease lapses, not after"
+    assert "lease could not be renewed" in log_text(worker), procs.logs()
+
+
+def test_kill_9_is_still_seen_within_a_second_with_two_lock_holders(database_url: str, procs: Procs) -> None:
+    env = service_env(database_url, QW_LEASE_SECONDS="120", QW_LEASE_RENEW_SECONDS="40")
+    orchestrator = procs.orchestrator(env)
+    victim, spare = procs.worker(env, "fetch"), procs.worker(env, "fetch")
+    wait_workers_ready(database_url, [victim, spare])
+    wait_for_log(orchestrator, "orchestrator running", timeout=30)
+    job = _start_long_job(database_url, procs, "kill9-two-holders", seconds=60)
+    lost = victim if str(victim.pid) in job["claimed_by"] else spare
+    assert len(_holders(database_url, job["claim_lock_key"])) == 2
+
+    os.kill(lost.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_until(
+        lambda: _job(database_url, job["id"])["claimed_by"] not in (None, job["claimed_by"]),
+        timeout=10, interval=0.01, what=f"job running elsewhere\n{procs.logs()}",
+    )
+    took = time.monotonic() - killed_at
+    print(f"kill -9 -> running elsewhere in {took:.3f}s")
+    assert took < 1.5, procs.logs()
