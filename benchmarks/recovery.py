@@ -1,11 +1,12 @@
 """Crash recovery: `kill -9` of a busy queue_workflows worker -> its job running on another worker.
 
-Real processes: `python -m qw_services.orchestrator` (reclaim sweep every 0.5 s) and claim
-workers on queue `fetch`, QW_LEASE_SECONDS=30, so a fast recovery can only come from the
-worker's session lock (Postgres drops it the moment the dead process's connection closes).
+Real processes: `python -m qw_services.orchestrator` (reclaim sweep every 0.25 s; a job is
+reclaimed when its worker's lock is missing at two looks a sweep apart) and claim workers on
+queue `fetch`, QW_LEASE_SECONDS=30, so a fast recovery can only come from the worker's lock
+(Postgres drops it the moment the dead process's two connections close).
 
 Each trial: an idle spare worker is started and ready, then, after a random 0-1 s pause
-(so kills do not phase-lock to the 0.5 s sweep), the worker running the long job is
+(so kills do not phase-lock to the sweep), the worker running the long job is
 SIGKILLed; recovery = the job's new `started_at` minus `clock_timestamp()` read just before
 the kill (both on the database clock), polled every 5 ms. The same job is handed
 on from worker to worker (max_attempts is raised so it is never failed).
@@ -92,7 +93,7 @@ class Bench:
         """Send `sig` to the job's worker; returns (db seconds, client seconds, new holder)."""
         row = self.holder(job_id)
         pid = self.pid_of(row["claimed_by"])
-        # De-phase from the orchestrator's 0.5 s reclaim tick: each trial starts right after the
+        # De-phase from the orchestrator's reclaim tick: each trial starts right after the
         # previous tick, so without this the kills land at a fixed offset from the next one.
         time.sleep(random.uniform(0.0, 1.0))
         t_db = self.q("SELECT clock_timestamp() AS t")["t"]  # type: ignore[index]
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     med = median(db_times)
     print()
     rows = [
-        ["queue_workflows: kill -9 (session lock)", len(db_times), f"{med:.3f}", f"{min(db_times):.3f}", f"{max(db_times):.3f}", "1.00x", "measured"],
+        ["queue_workflows: kill -9 (worker lock)", len(db_times), f"{med:.3f}", f"{min(db_times):.3f}", f"{max(db_times):.3f}", "1.00x", "measured"],
         ["queue_workflows: client-side poll", len(client_times), f"{median(client_times):.3f}", f"{min(client_times):.3f}", f"{max(client_times):.3f}", "-", "measured"],
     ]
     if lease_db is not None:

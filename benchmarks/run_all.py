@@ -15,7 +15,7 @@ import time
 
 import common
 
-SCRIPTS = ("throughput", "latency", "recovery")
+SCRIPTS = ("throughput", "latency", "recovery", "claim_backlog")
 
 
 def main(argv: list[str] | None = None) -> int:

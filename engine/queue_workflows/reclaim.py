@@ -1,7 +1,7 @@
 """Recovery and housekeeping: the one path by which an orphaned running job goes back to `queued`.
 
 A running job is orphaned when its lease lapsed (the host vanished) or when no session holds
-its worker's lock in two looks a sweep apart (the process died: a live worker that lost a
+its worker's lock at two looks `orphan_confirm_seconds` apart (the process died: a live worker that lost a
 connection has restored it by then). The same sweep promotes due delayed jobs and prunes the
 heartbeat rows of dead workers. See docs/liveness.md.
 """
@@ -52,11 +52,11 @@ def reclaim_confirmed(conn: db.Conn | None, suspects: Suspects) -> list[Row]:
 def reclaim_orphans(conn: db.Conn | None = None, *, confirm_seconds: float | None = None) -> list[Row]:
     """One recovery pass: look for lockless jobs, look again after `confirm_seconds`, reclaim.
 
-    `confirm_seconds` defaults to the sweep interval, the same window the orchestrator gives.
+    `confirm_seconds` defaults to `orphan_confirm_seconds`, the same window the orchestrator gives.
     """
     suspects = find_suspects(conn)
     if any(suspects.values()):
-        wait = config.current().settings.reclaim_interval_seconds if confirm_seconds is None else confirm_seconds
+        wait = config.current().settings.orphan_confirm_seconds if confirm_seconds is None else confirm_seconds
         time.sleep(wait)
     return reclaim_confirmed(conn, suspects)
 
@@ -75,6 +75,7 @@ class ReclaimLoop:
         settings = config.current().settings
         self.stop_event = stop_event
         self.interval = interval or settings.reclaim_interval_seconds
+        self.confirm_seconds = min(self.interval, settings.orphan_confirm_seconds)
         self.heartbeat_stale_seconds = 3 * settings.heartbeat_seconds
         self.sleep_fn = sleep_fn or stop_event.wait
         self.now_fn = now_fn
@@ -104,7 +105,7 @@ class ReclaimLoop:
                     conn = db.connect(autocommit=True, url=url)
                 self.sweep(conn)
                 self.backoff.reset()
-                self.sleep_fn(self.interval)
+                self.sleep_fn(self.confirm_seconds if any(self.suspects.values()) else self.interval)
             except Exception as exc:  # noqa: BLE001 - the sweep outlives any error
                 if conn is not None:
                     conn.close()

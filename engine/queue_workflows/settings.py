@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=10.0, gt=0)
     poll_seconds: float = Field(default=1.0, gt=0)
     reclaim_interval_seconds: float = Field(default=0.25, gt=0, le=5)
+    orphan_confirm_seconds: float = Field(default=0.15, gt=0, le=5)
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
     schema_wait_seconds: float = Field(default=60.0, ge=0)
 
