@@ -194,3 +194,43 @@ def test_kill_9_is_still_seen_within_a_second_with_two_lock_holders(database_url
     took = time.monotonic() - killed_at
     print(f"kill -9 -> running elsewhere in {took:.3f}s")
     assert took < 1.5, procs.logs()
+
+
+def test_the_beat_outlives_unexpected_errors_and_keeps_renewing(database_url: str, conn, monkeypatch, caplog) -> None:
+    import threading
+
+    import queue_workflows
+    from queue_workflows import claim_worker, jobstore
+
+    queue_workflows.configure(database_url=database_url, ingest_queues=frozenset({"fetch"}), lease_seconds=3, lease_renew_seconds=0.2)
+    release = threading.Event()
+    register_ingest_task("hold", lambda reason: {"released": release.wait(30)})
+    job = node_queue.enqueue_ingest_job("hold", "fetch")
+
+    real_renew, faults = jobstore.renew_lease, []
+
+    def flaky_renew(*args, **kwargs):
+        if len(faults) < 3:
+            faults.append(1)
+            raise RuntimeError("injected fault in the beat")
+        return real_renew(*args, **kwargs)
+
+    monkeypatch.setattr(jobstore, "renew_lease", flaky_renew)
+    worker = claim_worker.ClaimWorker("fetch", max_jobs=1)
+    exits: list[int] = []
+    worker.beat.exit_fn = lambda code, reason: exits.append(code)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    try:
+        first = wait_until(lambda: (r := conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone())["status"] == "running" and r, timeout=10)
+        wait_until(lambda: len(faults) == 3, timeout=10, what="three injected faults")
+        wait_until(
+            lambda: conn.execute("SELECT lease_expires_at > %s AS later FROM ingest_jobs WHERE id = %s", (first["lease_expires_at"], job["id"])).fetchone()["later"],
+            timeout=5, what="a renewal after the faults",
+        )
+        assert worker.beat.is_alive() and exits == []
+        assert "liveness beat failed" in caplog.text and "injected fault" in caplog.text
+    finally:
+        release.set()
+        thread.join(timeout=10)
+    assert conn.execute("SELECT status, attempts FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone() == {"status": "completed", "attempts": 1}
