@@ -11,17 +11,20 @@ from queue_workflows.errors import MigrationError, SchemaNotReadyError
 ENGINE_TABLES = {"workflow_runs", "workflow_node_jobs", "ingest_jobs", "worker_heartbeats"}
 
 
+ALL = list(range(1, db.latest_version() + 1))  # the engine's chain, every version in order
+
+
 def tables(url: str) -> set[str]:
     with psycopg.connect(url) as conn:
         return {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
 
 
 def test_bootstrap_is_idempotent_and_recorded(scratch_database_url):
-    assert db.bootstrap(url=scratch_database_url) == [1, 2, 3, 4, 5, 6, 7]
+    assert db.bootstrap(url=scratch_database_url) == ALL
     assert db.bootstrap(url=scratch_database_url) == []
     assert ENGINE_TABLES | {"queue_schema_version"} <= tables(scratch_database_url)
     with db.connect(url=scratch_database_url) as conn:
-        assert db.schema_version(conn) == 7
+        assert db.schema_version(conn) == ALL[-1]
 
 
 def test_concurrent_bootstraps_apply_the_chain_once(scratch_database_url):
@@ -31,15 +34,15 @@ def test_concurrent_bootstraps_apply_the_chain_once(scratch_database_url):
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert sorted(results, key=len) == [[], [], [], [1, 2, 3, 4, 5, 6, 7]]
+    assert sorted(results, key=len) == [[], [], [], ALL]
 
 
 def test_downgrade_reverses_to_a_version_and_back_up(scratch_database_url):
     db.bootstrap(url=scratch_database_url)
-    assert db.downgrade(2, url=scratch_database_url) == [7, 6, 5, 4, 3]
+    assert db.downgrade(2, url=scratch_database_url) == ALL[:1:-1]
     assert tables(scratch_database_url) & ENGINE_TABLES == {"workflow_runs", "workflow_node_jobs"}
-    assert db.bootstrap(url=scratch_database_url) == [3, 4, 5, 6, 7]
-    assert db.downgrade(0, url=scratch_database_url) == [7, 6, 5, 4, 3, 2, 1]
+    assert db.bootstrap(url=scratch_database_url) == ALL[2:]
+    assert db.downgrade(0, url=scratch_database_url) == ALL[::-1]
     assert not tables(scratch_database_url) & ENGINE_TABLES
 
 
