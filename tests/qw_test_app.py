@@ -43,3 +43,18 @@ def fail(reason: str, args: dict[str, Any]) -> dict[str, Any]:
 register_ingest_task("noop", noop)
 register_ingest_task("record", record)
 register_ingest_task("fail", fail)
+
+
+def beat_then_hang(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Record the run, report progress `beats` times, then go quiet for `hang` seconds."""
+    from queue_workflows import report_progress
+
+    _record(str(args["token"]))
+    for _ in range(int(args.get("beats", 1))):
+        report_progress()
+        time.sleep(float(args.get("beat_every", 0.05)))
+    time.sleep(float(args.get("hang", 0)))
+    return {"pid": os.getpid()}
+
+
+register_ingest_task("beat_then_hang", beat_then_hang)

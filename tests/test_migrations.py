@@ -11,7 +11,7 @@ from queue_workflows.errors import MigrationError, SchemaNotReadyError
 ENGINE_TABLES = {"workflow_runs", "workflow_node_jobs", "ingest_jobs", "worker_heartbeats"}
 
 
-ALL = list(range(1, db.latest_version() + 1))  # the engine's chain, every version in order
+ALL = [m.version for m in db.discover()]  # the engine's chain, every version in order
 
 
 def tables(url: str) -> set[str]:
@@ -39,9 +39,9 @@ def test_concurrent_bootstraps_apply_the_chain_once(scratch_database_url):
 
 def test_downgrade_reverses_to_a_version_and_back_up(scratch_database_url):
     db.bootstrap(url=scratch_database_url)
-    assert db.downgrade(2, url=scratch_database_url) == ALL[:1:-1]
+    assert db.downgrade(2, url=scratch_database_url) == [v for v in ALL[::-1] if v > 2]
     assert tables(scratch_database_url) & ENGINE_TABLES == {"workflow_runs", "workflow_node_jobs"}
-    assert db.bootstrap(url=scratch_database_url) == ALL[2:]
+    assert db.bootstrap(url=scratch_database_url) == [v for v in ALL if v > 2]
     assert db.downgrade(0, url=scratch_database_url) == ALL[::-1]
     assert not tables(scratch_database_url) & ENGINE_TABLES
 

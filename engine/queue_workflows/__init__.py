@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from . import claim_worker, db, node_queue, reclaim
+from . import claim_worker, db, node_queue, reclaim, worker_control
 from .config import EngineConfig, configure, current
 from .errors import (
     ConfigError,
@@ -22,6 +22,7 @@ from .errors import (
     UnknownTaskError,
 )
 from .settings import Settings
+from .progress import report_progress
 from .tasks import register_ingest_task
 
 __version__ = "0.1.0"
@@ -45,4 +46,6 @@ __all__ = [
     "node_queue",
     "reclaim",
     "register_ingest_task",
+    "report_progress",
+    "worker_control",
 ]

@@ -20,11 +20,14 @@ from typing import Any
 
 import psycopg
 
-from . import config, db, exits, jobstore, node_queue, queries
+from . import config, db, exits, jobstore, node_queue, progress, queries
 from .backoff import retry_delay
 from .errors import ConfigError
 from .executor import Outcome, run_ingest_job, run_node_job
+from .control import WorkerSwitch
+from .control.api import control_for
 from .liveness import LivenessBeat
+from .liveness.watchdogs import JobWatch, budget_for
 from .queries import JobTable
 from .session import SessionClosed, WorkerSession, first_line
 
@@ -47,11 +50,13 @@ class ClaimWorker:
         self.queue = queue
         self.channel = "node_job_ready" if self.is_node_queue else "ingest_job_ready"
         self.worker_id = f"{self.settings.host_label}:{queue}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.max_jobs = max_jobs
+        self.max_jobs = max_jobs if max_jobs is not None else self.settings.worker_max_jobs
         self.jobs_done = 0
         self.current_model: str | None = None
         self.stop_event = threading.Event()
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
+        self.switch = WorkerSwitch(self.settings.host_label, queue)
+        self.watch = JobWatch(stall_seconds=self.settings.stall_timeout_seconds)
         self.beat = LivenessBeat(
             url=self.url,
             worker_id=self.worker_id,
@@ -61,6 +66,9 @@ class ClaimWorker:
             lease_seconds=self.settings.lease_seconds,
             renew_seconds=self.settings.lease_renew_seconds,
             heartbeat_seconds=self.settings.heartbeat_seconds,
+            switch=self.switch,
+            watch=self.watch,
+            max_trips=self.settings.watchdog_max_trips,
         )
         self._job: dict[str, Any] | None = None
         self._grace_timer: threading.Timer | None = None
@@ -70,14 +78,16 @@ class ClaimWorker:
     def run_forever(self) -> int:
         db.wait_for_schema(url=self.url)
         try:
-            self.session.conn  # connect, take the session lock, LISTEN
+            # Connect, take the lock, LISTEN, and read our ON/OFF row: an OFF worker starts parked.
+            self.session.run(lambda conn: self.switch.apply(control_for(self.settings.host_label, self.queue, conn), at_start=True))
+            progress.bind(self.watch)
             self.beat.start()
             log.info("worker %s ready on queue %r (lock %s)", self.worker_id, self.queue, self.session.lock_key)
-            while self._may_claim():
+            while self._running():
                 self.drain()
-                if not self._may_claim():
+                if not self._running():
                     break
-                self.session.wait(self.settings.poll_seconds, self.queue)
+                self.session.wait(self.settings.poll_seconds, self.queue, wake=self.switch.changed)
         except SessionClosed:
             pass
         finally:
@@ -140,8 +150,11 @@ class ClaimWorker:
                 job = self.session.run(self._claim)
         return ran
 
-    def _may_claim(self) -> bool:
+    def _running(self) -> bool:
         return not self.stop_event.is_set() and (self.max_jobs is None or self.jobs_done < self.max_jobs)
+
+    def _may_claim(self) -> bool:
+        return self._running() and not self.switch.parked
 
     def _claim_statement(self) -> jobstore.Statement:
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
@@ -155,7 +168,7 @@ class ClaimWorker:
 
     def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
         self._job = job
-        self.beat.job_started(self.table, job["id"])
+        self.beat.job_started(self.table, job["id"], budget_for(job, self.settings))
         started = time.monotonic()
         outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
         self.jobs_done += 1

@@ -102,6 +102,12 @@ def promote_due(conn: db.Conn, table: JobTable, queue: str | None = None, *, lim
         return len(c.execute(queries.query("promote_due_jobs", table), {"queue": queue, "limit": limit}).fetchall())
 
 
+def flag_dead_workers(conn: db.Conn, *, stale_after_seconds: float) -> list[Row]:
+    """Flag (once) workers whose heartbeat is stale while they still own a running job."""
+    with db.transaction(conn) as c:
+        return c.execute(queries.query("flag_dead_workers"), {"stale_after_seconds": stale_after_seconds}).fetchall()
+
+
 def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[str]:
     with db.transaction(conn) as c:
         rows = c.execute(queries.query("prune_dead_heartbeats"), {"stale_after_seconds": stale_after_seconds}).fetchall()

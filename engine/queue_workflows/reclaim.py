@@ -2,8 +2,8 @@
 
 A running job is orphaned when its lease lapsed (the host vanished) or when no session holds
 its worker's lock at two looks `orphan_confirm_seconds` apart (the process died: a live worker that lost a
-connection has restored it by then). The same sweep promotes due delayed jobs and prunes the
-heartbeat rows of dead workers. See docs/liveness.md.
+connection has restored it by then). The same sweep promotes due delayed jobs, prunes the
+heartbeat rows of dead workers, and flags wedged ones (stale heartbeat, job still running). See docs/liveness.md.
 """
 
 from __future__ import annotations
@@ -94,6 +94,13 @@ class ReclaimLoop:
             pruned = jobstore.prune_dead_heartbeats(conn, stale_after_seconds=self.heartbeat_stale_seconds)
             if pruned:
                 log.info("pruned %d heartbeat row(s) of dead workers", len(pruned))
+            for row in jobstore.flag_dead_workers(conn, stale_after_seconds=self.heartbeat_stale_seconds):
+                log.error(
+                    "DEAD WORKER: %s (host %s, queue %s, pid %s) has sent no heartbeat for %.0fs but still owns "
+                    "running job %s; its lease will requeue the job. Restart that process on %s.",
+                    row["worker_id"], row["host_label"], row["queue"], row["pid"], row["silent_seconds"],
+                    row["job_id"], row["host_label"],
+                )
             self._next_prune = self.now_fn() + self.heartbeat_stale_seconds / 3
 
     def run_forever(self) -> None:

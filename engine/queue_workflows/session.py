@@ -148,8 +148,8 @@ class WorkerSession:
         finally:
             self._use.release()
 
-    def wait(self, timeout: float, payload: str, *, slice_seconds: float = 0.1) -> bool:
-        """Block up to `timeout` for a NOTIFY with `payload`; False on timeout or when stopping.
+    def wait(self, timeout: float, payload: str, *, slice_seconds: float = 0.1, wake: threading.Event | None = None) -> bool:
+        """Block up to `timeout` for a NOTIFY with `payload` (or `wake` being set); False on timeout or stop.
 
         Waits in short slices so a stop request is honoured promptly even when idle.
         """
@@ -157,6 +157,9 @@ class WorkerSession:
 
         def _wait(conn: db.Conn) -> bool:
             while not self.stop_event.is_set():
+                if wake is not None and wake.is_set():
+                    wake.clear()
+                    return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False

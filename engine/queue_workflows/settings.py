@@ -57,11 +57,17 @@ class Settings(BaseSettings):
 
     ingest_queues: Annotated[frozenset[str], NoDecode] = frozenset({"fetch", "load"})
     ingest_default_budget_s: float = Field(default=3600.0, gt=0)
+    node_default_budget_s: float = Field(default=3600.0, gt=0)
+    video_model_ids: Annotated[frozenset[str], NoDecode] = frozenset()
+    video_budget_s: float = Field(default=1800.0, gt=0)
+    stall_timeout_seconds: float = Field(default=120.0, gt=0)
+    watchdog_max_trips: int = Field(default=3, ge=1, le=100)
+    worker_max_jobs: int | None = Field(default=None, ge=1)
 
     pool_max_size: int = Field(default=4, ge=1, le=100)
     data_dir: Path = Path(".qw")
 
-    @field_validator("ingest_queues", mode="before")
+    @field_validator("ingest_queues", "video_model_ids", mode="before")
     @classmethod
     def _split_queues(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -14,26 +14,24 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
 from .. import db, jobstore, queries
 from ..backoff import Backoff
-from ..exits import EXIT_JOB_TAKEN, exit_now
+from ..control.api import control_for
+from ..control.switch import WorkerSwitch
+from ..exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
+from .trip import CurrentJob, stop_job
+from .watchdogs import JobWatch, Trip
 
 log = logging.getLogger(__name__)
 
 REVOKED_CHANNEL = "qw_job_revoked"
-
-
-@dataclass(frozen=True)
-class CurrentJob:
-    table: JobTable
-    job_id: int
+CONTROL_CHANNEL = "qw_worker_control"
 
 
 class LivenessBeat(threading.Thread):
@@ -51,6 +49,9 @@ class LivenessBeat(threading.Thread):
         check_seconds: float = 0.25,
         now_fn: Callable[[], float] = time.monotonic,
         exit_fn: Callable[[int, str], None] = exit_now,
+        switch: WorkerSwitch | None = None,
+        watch: JobWatch | None = None,
+        max_trips: int = 3,
     ) -> None:
         super().__init__(name=f"liveness-{queue}", daemon=True)
         self.url = url
@@ -66,6 +67,9 @@ class LivenessBeat(threading.Thread):
         self.lease_margin = min(2.0, lease_seconds / 10)
         self.now_fn = now_fn
         self.exit_fn = exit_fn
+        self.switch = switch or WorkerSwitch(host_label, queue)
+        self.watch = watch or JobWatch(stall_seconds=float("inf"), now_fn=now_fn)
+        self.max_trips = max_trips
         self.state = "idle"
         self.backoff = Backoff(initial=0.05, maximum=1.0)
         self._job: CurrentJob | None = None
@@ -73,6 +77,7 @@ class LivenessBeat(threading.Thread):
         self._lease_deadline = float("inf")
         self._next_renew = float("inf")
         self._next_heartbeat = 0.0
+        self._next_control_check = 0.0
         self._lost_at: float | None = None
         self._conn: db.Conn | None = None
         self._halt = threading.Event()
@@ -80,12 +85,13 @@ class LivenessBeat(threading.Thread):
 
     # -- called from the worker's main thread ----------------------------------------------
 
-    def job_started(self, table: JobTable, job_id: int) -> None:
+    def job_started(self, table: JobTable, job_id: int, budget_seconds: float = float("inf")) -> None:
         now = self.now_fn()
         with self._job_lock:
             self._job = CurrentJob(table, job_id)
             self._lease_deadline = now + self.lease_seconds
             self._next_renew = now + self.renew_seconds
+            self.watch.start(job_id, budget_seconds)
         self.state = "busy"
         self._poke()
 
@@ -93,6 +99,7 @@ class LivenessBeat(threading.Thread):
         """The job's code returned: from here on, losing the job is the worker's own doing."""
         with self._job_lock:
             self._job = None
+            self.watch.finish()
         self.state = "stopping" if self.state == "stopping" else "idle"
 
     def stopping(self) -> None:
@@ -136,15 +143,23 @@ class LivenessBeat(threading.Thread):
                     self._halt.wait(self.backoff.next_delay())
 
     def _guard_lease(self) -> None:
+        """The lease deadline and the watchdogs, checked apart from any database call."""
         while not self._halt.wait(0.05):
             job = self._job
-            if job is not None and self.now_fn() >= self._lease_deadline - self.lease_margin:
+            if job is None:
+                continue
+            if self.now_fn() >= self._lease_deadline - self.lease_margin:
                 self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
+            elif (trip := self.watch.check()) is not None:
+                self._trip(job, trip)
 
     def _tick(self) -> None:
         conn = self._anchor()
-        revoked = self._revocations(conn)
+        revoked, control_changed = self._notifications(conn)
         now = self.now_fn()
+        if control_changed or now >= self._next_control_check:  # the poll covers a lost NOTIFY
+            self._check_control(conn)
+            self._next_control_check = now + self.heartbeat_seconds
         job = self._job
         if job is not None and (job.job_id in revoked or now >= self._next_renew):
             self._renew(conn, job, now)
@@ -165,7 +180,8 @@ class LivenessBeat(threading.Thread):
             # A renewal stuck behind a lock must fail and retry, not sit past the lease.
             conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{max(1, int(self.renew_seconds * 1000))}ms",))
             hold_worker_lock(conn, key)
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(REVOKED_CHANNEL)))
+            for channel in (REVOKED_CHANNEL, CONTROL_CHANNEL):
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except BaseException:
             conn.close()
             raise
@@ -177,13 +193,22 @@ class LivenessBeat(threading.Thread):
             self._next_renew = min(self._next_renew, self.now_fn())  # after a gap, check the job at once
         return conn
 
-    def _revocations(self, conn: db.Conn) -> set[int]:
-        mine = set()
+    def _notifications(self, conn: db.Conn) -> tuple[set[int], bool]:
+        """Job ids revoked from this worker, and whether its ON/OFF row changed."""
+        revoked, control_changed = set(), False
         for notice in conn.notifies(timeout=0):
+            if notice.channel == CONTROL_CHANNEL:
+                control_changed = control_changed or notice.payload == self.switch.payload
+                continue
             job_id, _, worker_id = notice.payload.partition(":")
             if worker_id == self.worker_id and job_id.isdigit():
-                mine.add(int(job_id))
-        return mine
+                revoked.add(int(job_id))
+        return revoked, control_changed
+
+    def _check_control(self, conn: db.Conn) -> None:
+        decision = self.switch.apply(control_for(self.host_label, self.queue, conn))
+        if decision.hard_stop:
+            self._trip(self._job, Trip(EXIT_HARD_STOP, "turned OFF by the operator (hard stop)"))
 
     def _renew(self, conn: db.Conn, job: CurrentJob, now: float) -> None:
         if jobstore.renew_lease(conn, job.table, job.job_id, self.worker_id, self.lease_seconds):
@@ -201,17 +226,22 @@ class LivenessBeat(threading.Thread):
             "queue": self.queue,
             "pid": os.getpid(),
             "lock_key": self.session.lock_key,
-            "state": self.state,
+            "state": "parked" if self.switch.parked and self.state == "idle" else self.state,
             "current_job_id": job.job_id if job else None,
         }
         conn.execute(queries.query("upsert_heartbeat"), params)
 
     def _job_taken(self, job: CurrentJob, why: str) -> None:
+        self._trip(job, Trip(EXIT_JOB_TAKEN, f"no longer ours ({why}); stopping rather than running it twice"))
+
+    def _trip(self, job: CurrentJob | None, trip: Trip) -> None:
+        """Every trip ends here: one write for the job (if it is still ours to write), then exit."""
         with self._job_lock:
-            if self._job is not job:
+            if job is not None and self._job is not job:
                 return  # the job finished meanwhile
             self._job = None
-            self.exit_fn(EXIT_JOB_TAKEN, f"job {job.job_id} is no longer ours ({why}); stopping rather than running it twice")
+            self.watch.finish()
+            stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn)
 
     def _failed(self, exc: Exception) -> None:
         if self._lost_at is None:

@@ -133,7 +133,7 @@ INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, stat
 VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s, now())
 ON CONFLICT (worker_id) DO UPDATE
    SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id,
-       lock_key = EXCLUDED.lock_key, last_seen = now();
+       lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
 
 -- name: delete_heartbeat
 DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
@@ -157,3 +157,49 @@ DELETE FROM worker_heartbeats
  WHERE last_seen < now() - make_interval(secs => %(stale_after_seconds)s)
    AND lock_key NOT IN (SELECT lock_key FROM qw_worker_sessions)
 RETURNING worker_id;
+
+-- name: watchdog_trip
+-- A watchdog stopped the job: requeue it (no attempt charged) while watchdog retries
+-- remain, else fail it. Only the owner's running job matches.
+UPDATE {table}
+   SET status = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN 'queued' ELSE 'failed' END,
+       attempts = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN greatest(attempts - 1, 0) ELSE attempts END,
+       watchdog_trips = watchdog_trips + 1,
+       error = %(error)s,
+       finished_at = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN NULL ELSE now() END,
+       claimed_by = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN NULL ELSE claimed_by END,
+       claim_lock_key = NULL, lease_expires_at = NULL, updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+RETURNING id, status, watchdog_trips;
+
+-- name: upsert_worker_control
+INSERT INTO worker_controls (host_label, queue, desired_state, stop_policy, requested_by, reason)
+VALUES (%(host_label)s, %(queue)s, %(desired_state)s, %(stop_policy)s, %(requested_by)s, %(reason)s)
+ON CONFLICT (host_label, queue) DO UPDATE
+   SET desired_state = EXCLUDED.desired_state, stop_policy = EXCLUDED.stop_policy,
+       requested_by = EXCLUDED.requested_by, reason = EXCLUDED.reason, updated_at = now()
+RETURNING *;
+
+-- name: worker_control_for
+SELECT desired_state, stop_policy, requested_by, reason, updated_at
+  FROM worker_controls WHERE host_label = %(host_label)s AND queue = %(queue)s;
+
+-- name: list_worker_controls
+SELECT * FROM worker_controls ORDER BY host_label, queue;
+
+-- name: flag_dead_workers
+-- Workers whose heartbeat went stale while they still own a running job: a wedged process
+-- (a GPU hang can stop every thread in it). The lease reclaims the job; this names the process.
+WITH owned AS (
+    SELECT claimed_by, id FROM workflow_node_jobs WHERE status = 'running'
+    UNION ALL
+    SELECT claimed_by, id FROM ingest_jobs WHERE status = 'running'
+)
+UPDATE worker_heartbeats h
+   SET last_flagged_dead_at = now()
+  FROM owned o
+ WHERE o.claimed_by = h.worker_id
+   AND h.last_seen < now() - make_interval(secs => %(stale_after_seconds)s)
+   AND h.last_flagged_dead_at IS NULL
+RETURNING h.worker_id, h.host_label, h.queue, h.pid, o.id AS job_id,
+          extract(epoch FROM now() - h.last_seen)::float AS silent_seconds;

@@ -1,0 +1,48 @@
+"""A worker's own view of its ON/OFF switch, shared by its main thread and its beat."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    parked: bool
+    hard_stop: bool
+
+
+class WorkerSwitch:
+    """Parked workers do not claim; a hard OFF asks the worker to hand back its job and exit 79."""
+
+    def __init__(self, host_label: str, queue: str) -> None:
+        self.host_label = host_label
+        self.queue = queue
+        self.payload = f"{host_label}:{queue}"
+        self.changed = threading.Event()
+        self._parked = False
+        self._lock = threading.Lock()
+
+    @property
+    def parked(self) -> bool:
+        return self._parked
+
+    def apply(self, row: dict[str, Any] | None, *, at_start: bool = False) -> Decision:
+        """Take the row from worker_controls (None = ON). At start, OFF of either policy parks."""
+        off = row is not None and row["desired_state"] == "off"
+        with self._lock:
+            was, self._parked = self._parked, off
+        # A worker that is already parked has nothing to hand back or free: no second exit.
+        hard = off and not was and not at_start and row is not None and row["stop_policy"] == "hard"
+        if was != off:
+            who = f" by {row['requested_by']}" if row and row.get("requested_by") else ""
+            if off:
+                log.warning("worker %s turned OFF%s (%s): not claiming until ON", self.payload, who, "hard stop" if hard else "parked")
+            else:
+                log.warning("worker %s turned ON%s: claiming again", self.payload, who)
+            self.changed.set()
+        return Decision(parked=off, hard_stop=hard)

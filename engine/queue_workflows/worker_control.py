@@ -1,0 +1,77 @@
+"""Turn one (host, queue) worker OFF or ON, from Python, the command line, or plain SQL.
+
+    worker_control.disable_worker("spark", "gpu")          # hard stop: requeue its job, exit 79, stay parked
+    worker_control.disable_worker("spark", "gpu", "park")  # finish the current job, then stop claiming
+    worker_control.enable_worker("spark", "gpu")           # resume in place, no restart
+    worker_control.desired_state_for("spark", "gpu")       # 'on' | 'off' (no row: 'on')
+
+    queue-worker-control --queue gpu --off [--host spark] [--policy hard|park]
+    queue-worker-control --queue gpu --on  [--host spark]
+
+The worker hears the change at once (a trigger NOTIFYs it) and re-reads its row at every
+heartbeat in case a notification was lost. See docs/worker_control.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+
+import psycopg
+
+from . import config, node_queue
+from .control.api import POLICIES, desired_state_for, disable_worker, enable_worker, list_controls
+from .errors import QueueWorkflowsError
+
+__all__ = ["desired_state_for", "disable_worker", "enable_worker", "list_controls", "main"]
+
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="queue-worker-control", description="Turn one (host, queue) worker OFF or ON.")
+    parser.add_argument("--queue", required=True, help="cpu, gpu, or a configured ingest queue")
+    parser.add_argument("--host", default=None, help="the worker's host label (default: this host's QW_HOST_LABEL)")
+    state = parser.add_mutually_exclusive_group(required=True)
+    state.add_argument("--off", action="store_true", help="turn the worker OFF")
+    state.add_argument("--on", action="store_true", help="turn the worker back ON")
+    parser.add_argument("--policy", choices=POLICIES, default="hard",
+                        help="with --off: hard = requeue the running job and exit (default); park = finish it first")
+    parser.add_argument("--reason", default=None, help="a note kept with the switch")
+    parser.add_argument("--json", action="store_true", help="print the resulting row as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = config.current().settings
+        if args.queue not in node_queue.NODE_QUEUES:
+            node_queue.check_ingest_queue(args.queue)
+        host = args.host or settings.host_label
+        who = f"{getpass.getuser()}@{socket.gethostname()}"
+        if args.off:
+            row = disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
+        else:
+            row = enable_worker(host, args.queue, requested_by=who, reason=args.reason)
+    except QueueWorkflowsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.Error as exc:
+        print(f"error: database: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(row, default=str, sort_keys=True))
+    else:
+        policy = f" ({row['stop_policy']})" if row["desired_state"] == "off" else ""
+        print(f"{row['host_label']}/{row['queue']}: {row['desired_state'].upper()}{policy}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
