@@ -58,3 +58,17 @@ def beat_then_hang(reason: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 register_ingest_task("beat_then_hang", beat_then_hang)
+
+
+# A memory probe the throttle tests steer through a JSON file: {"ram": .., "swap": .., "gpu": ..}.
+if os.environ.get("QW_TEST_MEMORY_FILE"):
+    import json
+
+    from queue_workflows import MemoryReadings, set_memory_probe
+
+    def _file_probe() -> MemoryReadings:
+        with open(os.environ["QW_TEST_MEMORY_FILE"]) as f:
+            data = json.load(f)
+        return MemoryReadings(ram_percent=data["ram"], swap_percent=data["swap"], gpu_percent=data.get("gpu"))
+
+    set_memory_probe(_file_probe)

@@ -22,6 +22,7 @@ from .errors import (
     UnknownTaskError,
 )
 from .settings import Settings
+from .control.throttle import MemoryReadings, set_memory_probe
 from .progress import report_progress
 from .tasks import register_ingest_task
 
@@ -32,6 +33,7 @@ __all__ = [
     "EngineConfig",
     "InvalidNameError",
     "InvalidPayloadError",
+    "MemoryReadings",
     "MigrationError",
     "QueueWorkflowsError",
     "ReservedQueueError",
@@ -47,5 +49,6 @@ __all__ = [
     "reclaim",
     "register_ingest_task",
     "report_progress",
+    "set_memory_probe",
     "worker_control",
 ]

@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .executor import Outcome, run_ingest_job, run_node_job
 from .control import WorkerSwitch
 from .control.api import control_for
+from .control.throttle import Marks, Throttle
 from .liveness import LivenessBeat
 from .liveness.watchdogs import JobWatch, budget_for
 from .queries import JobTable
@@ -57,6 +58,7 @@ class ClaimWorker:
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
         self.switch = WorkerSwitch(self.settings.host_label, queue)
         self.watch = JobWatch(stall_seconds=self.settings.stall_timeout_seconds)
+        self.throttle = Throttle(Marks.from_settings(self.settings))
         self.beat = LivenessBeat(
             url=self.url,
             worker_id=self.worker_id,
@@ -69,6 +71,8 @@ class ClaimWorker:
             switch=self.switch,
             watch=self.watch,
             max_trips=self.settings.watchdog_max_trips,
+            throttle=self.throttle,
+            memory_check_seconds=self.settings.memory_check_seconds,
         )
         self._job: dict[str, Any] | None = None
         self._grace_timer: threading.Timer | None = None
@@ -154,7 +158,7 @@ class ClaimWorker:
         return not self.stop_event.is_set() and (self.max_jobs is None or self.jobs_done < self.max_jobs)
 
     def _may_claim(self) -> bool:
-        return self._running() and not self.switch.parked
+        return self._running() and not self.switch.parked and not self.throttle.active
 
     def _claim_statement(self) -> jobstore.Statement:
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)

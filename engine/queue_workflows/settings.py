@@ -63,6 +63,13 @@ class Settings(BaseSettings):
     stall_timeout_seconds: float = Field(default=120.0, gt=0)
     watchdog_max_trips: int = Field(default=3, ge=1, le=100)
     worker_max_jobs: int | None = Field(default=None, ge=1)
+    memory_throttle_percent: float = Field(default=90.0, gt=0, le=100)
+    memory_resume_percent: float = Field(default=80.0, gt=0, le=100)
+    gpu_throttle_percent: float = Field(default=85.0, gt=0, le=100)
+    gpu_resume_percent: float = Field(default=75.0, gt=0, le=100)
+    swap_throttle_percent: float = Field(default=70.0, gt=0, le=100)
+    swap_resume_percent: float = Field(default=60.0, gt=0, le=100)
+    memory_check_seconds: float = Field(default=5.0, gt=0)
 
     pool_max_size: int = Field(default=4, ge=1, le=100)
     data_dir: Path = Path(".qw")
@@ -100,6 +107,10 @@ class Settings(BaseSettings):
                 f"lease_renew_seconds ({self.lease_renew_seconds}) must be shorter than "
                 f"lease_seconds ({self.lease_seconds}) or every lease lapses before renewal"
             )
+        for kind in ("memory", "gpu", "swap"):
+            high, low = getattr(self, f"{kind}_throttle_percent"), getattr(self, f"{kind}_resume_percent")
+            if low >= high:
+                raise ValueError(f"{kind}_resume_percent ({low:g}) must be below {kind}_throttle_percent ({high:g}), or the throttle flaps")
         return self
 
 

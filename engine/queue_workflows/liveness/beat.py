@@ -22,6 +22,7 @@ from .. import db, jobstore, queries
 from ..backoff import Backoff
 from ..control.api import control_for
 from ..control.switch import WorkerSwitch
+from ..control.throttle import Throttle, current_probe
 from ..exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
@@ -52,6 +53,8 @@ class LivenessBeat(threading.Thread):
         switch: WorkerSwitch | None = None,
         watch: JobWatch | None = None,
         max_trips: int = 3,
+        throttle: Throttle | None = None,
+        memory_check_seconds: float = 5.0,
     ) -> None:
         super().__init__(name=f"liveness-{queue}", daemon=True)
         self.url = url
@@ -70,6 +73,9 @@ class LivenessBeat(threading.Thread):
         self.switch = switch or WorkerSwitch(host_label, queue)
         self.watch = watch or JobWatch(stall_seconds=float("inf"), now_fn=now_fn)
         self.max_trips = max_trips
+        self.throttle = throttle
+        self.memory_check_seconds = memory_check_seconds
+        self._next_memory_check = 0.0
         self.state = "idle"
         self.backoff = Backoff(initial=0.05, maximum=1.0)
         self._job: CurrentJob | None = None
@@ -160,6 +166,9 @@ class LivenessBeat(threading.Thread):
         if control_changed or now >= self._next_control_check:  # the poll covers a lost NOTIFY
             self._check_control(conn)
             self._next_control_check = now + self.heartbeat_seconds
+        if self.throttle is not None and now >= self._next_memory_check:
+            self._next_memory_check = now + self.memory_check_seconds
+            self._check_memory(self.throttle)
         job = self._job
         if job is not None and (job.job_id in revoked or now >= self._next_renew):
             self._renew(conn, job, now)
@@ -205,6 +214,16 @@ class LivenessBeat(threading.Thread):
                 revoked.add(int(job_id))
         return revoked, control_changed
 
+    def _check_memory(self, throttle: Throttle) -> None:
+        try:
+            readings = current_probe()()
+        except Exception as exc:  # noqa: BLE001 - a broken probe must not stop the beat
+            log.warning("memory probe failed (%s); throttle state unchanged", first_line(exc))
+            return
+        if throttle.update(readings):
+            self._next_heartbeat = 0.0  # show the new state at once
+            self.switch.changed.set()
+
     def _check_control(self, conn: db.Conn) -> None:
         decision = self.switch.apply(control_for(self.host_label, self.queue, conn))
         if decision.hard_stop:
@@ -226,7 +245,7 @@ class LivenessBeat(threading.Thread):
             "queue": self.queue,
             "pid": os.getpid(),
             "lock_key": self.session.lock_key,
-            "state": "parked" if self.switch.parked and self.state == "idle" else self.state,
+            "state": self._reported_state(),
             "current_job_id": job.job_id if job else None,
         }
         conn.execute(queries.query("upsert_heartbeat"), params)
@@ -258,6 +277,13 @@ class LivenessBeat(threading.Thread):
                 conn.close()
             except Exception:  # noqa: BLE001
                 pass
+
+    def _reported_state(self) -> str:
+        if self.state != "idle":
+            return self.state
+        if self.switch.parked:
+            return "parked"
+        return "throttled" if self.throttle is not None and self.throttle.active else "idle"
 
     def _next_due(self) -> float:
         due = self._next_heartbeat
