@@ -15,7 +15,7 @@ import time
 
 import common
 
-SCRIPTS = ("throughput", "latency", "recovery", "claim_backlog")
+SCRIPTS = ("throughput", "latency", "recovery", "claim_backlog", "worker_control")
 
 
 def main(argv: list[str] | None = None) -> int:
