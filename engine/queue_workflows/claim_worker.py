@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .executor import Outcome, run_ingest_job, run_node_job
 from .control import WorkerSwitch
 from .control.api import control_for
+from .control.device import check_device_if_pending
 from .control.throttle import Marks, Throttle
 from .liveness import LivenessBeat
 from .liveness.watchdogs import JobWatch, budget_for
@@ -83,7 +84,7 @@ class ClaimWorker:
         db.wait_for_schema(url=self.url)
         try:
             # Connect, take the lock, LISTEN, and read our ON/OFF row: an OFF worker starts parked.
-            self.session.run(lambda conn: self.switch.apply(control_for(self.settings.host_label, self.queue, conn), at_start=True))
+            self.session.run(self._read_switch)
             progress.bind(self.watch)
             self.beat.start()
             log.info("worker %s ready on queue %r (lock %s)", self.worker_id, self.queue, self.session.lock_key)
@@ -97,6 +98,12 @@ class ClaimWorker:
         finally:
             self._shutdown()
         return exits.EXIT_OK
+
+    def _read_switch(self, conn: Any) -> None:
+        row = control_for(self.settings.host_label, self.queue, conn)
+        self.switch.apply(row, at_start=True)
+        if self.queue == "gpu":
+            check_device_if_pending(conn, self.switch, row)
 
     def request_stop(self) -> None:
         """Stop claiming; a running job gets `shutdown_grace_seconds` to finish, then is handed back."""

@@ -25,11 +25,24 @@ class WorkerSwitch:
         self.payload = f"{host_label}:{queue}"
         self.changed = threading.Event()
         self._parked = False
+        self._blocked: str | None = None
         self._lock = threading.Lock()
 
     @property
     def parked(self) -> bool:
-        return self._parked
+        return self._parked or self._blocked is not None
+
+    def block(self, reason: str) -> None:
+        """Park for a reason of the worker's own (a device that does not answer) until unblocked."""
+        if self._blocked != reason:
+            log.error("worker %s parked: %s", self.payload, reason)
+        self._blocked = reason
+
+    def unblock(self) -> None:
+        if self._blocked is not None:
+            log.warning("worker %s: %s no longer holds; claiming again", self.payload, self._blocked)
+            self._blocked = None
+            self.changed.set()
 
     def apply(self, row: dict[str, Any] | None, *, at_start: bool = False) -> Decision:
         """Take the row from worker_controls (None = ON). At start, OFF of either policy parks."""

@@ -21,9 +21,10 @@ from psycopg import sql
 from .. import db, jobstore, queries
 from ..backoff import Backoff
 from ..control.api import control_for
+from ..control.device import check_device_if_pending
 from ..control.switch import WorkerSwitch
 from ..control.throttle import Throttle, current_probe
-from ..exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
+from ..exits import EXIT_BUDGET, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_STALLED, exit_now
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
 from .trip import CurrentJob, stop_job
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 REVOKED_CHANNEL = "qw_job_revoked"
 CONTROL_CHANNEL = "qw_worker_control"
+# Exits after which a gpu worker's device may be left in an error state.
+DEVICE_SUSPECT_EXITS = frozenset({EXIT_BUDGET, EXIT_STALLED, EXIT_HARD_STOP})
 
 
 class LivenessBeat(threading.Thread):
@@ -225,7 +228,10 @@ class LivenessBeat(threading.Thread):
             self.switch.changed.set()
 
     def _check_control(self, conn: db.Conn) -> None:
-        decision = self.switch.apply(control_for(self.host_label, self.queue, conn))
+        row = control_for(self.host_label, self.queue, conn)
+        decision = self.switch.apply(row)
+        if self.queue == "gpu" and self._job is None:
+            check_device_if_pending(conn, self.switch, row)
         if decision.hard_stop:
             self._trip(self._job, Trip(EXIT_HARD_STOP, "turned OFF by the operator (hard stop)"))
 
@@ -260,7 +266,8 @@ class LivenessBeat(threading.Thread):
                 return  # the job finished meanwhile
             self._job = None
             self.watch.finish()
-            stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn)
+            device_check = (self.host_label, self.queue) if self.queue == "gpu" and trip.code in DEVICE_SUSPECT_EXITS else None
+            stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn, device_check=device_check)
 
     def _failed(self, exc: Exception) -> None:
         if self._lost_at is None:

@@ -41,28 +41,39 @@ def stop_job(
     worker_id: str,
     max_trips: int,
     exit_fn: Callable[[int, str], None],
+    device_check: tuple[str, str] | None = None,
 ) -> None:
+    """Write what `trip` calls for, in one transaction, then exit with its code.
+
+    `device_check` (host, queue) flags a gpu worker so its next process probes the device first.
+    """
+    subject = f"job {job.job_id}" if job is not None else "worker"
+    statement = WRITES.get(trip.code) if job is not None else None
     outcome = ""
-    statement = WRITES.get(trip.code)
-    if job is not None and statement is not None:
-        params = {
-            "job_id": job.job_id,
-            "worker_id": worker_id,
-            "max_trips": max_trips,
-            "error": f"stopped by the worker (exit {trip.code}): {trip.reason}",
-        }
+    if statement is not None or device_check is not None:
         try:
-            # A fresh, bounded connection: the worker's own ones may be what is failing.
-            with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5,
-                                 options="-c statement_timeout=5000") as conn:
-                row = conn.execute(queries.query(statement, job.table), params).fetchone()
-            if row is None:
-                outcome = "; it was no longer ours"
-            elif statement == "release_job":
-                outcome = "; handed back to the queue"
-            else:
-                outcome = f"; now {row['status']} (watchdog trip {row['watchdog_trips']} of {max_trips})"
+            outcome = _write(job, trip, statement, url=url, worker_id=worker_id, max_trips=max_trips, device_check=device_check)
         except Exception as exc:  # noqa: BLE001 - leave anyway; the lease returns the job
             outcome = f"; its outcome was not written ({first_line(exc)}), its lease will return it"
-    subject = f"job {job.job_id}" if job is not None else "worker"
     exit_fn(trip.code, f"{subject}: {trip.reason}{outcome}")
+
+
+def _write(
+    job: CurrentJob | None, trip: Trip, statement: str | None, *, url: str, worker_id: str, max_trips: int,
+    device_check: tuple[str, str] | None,
+) -> str:
+    # A fresh, bounded connection: the worker's own ones may be what is failing.
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5,
+                         options="-c statement_timeout=5000") as conn, conn.transaction():
+        if device_check is not None:
+            conn.execute(queries.query("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
+        if job is None or statement is None:
+            return ""
+        params = {"job_id": job.job_id, "worker_id": worker_id, "max_trips": max_trips,
+                  "error": f"stopped by the worker (exit {trip.code}): {trip.reason}"}
+        row = conn.execute(queries.query(statement, job.table), params).fetchone()
+    if row is None:
+        return "; it was no longer ours"
+    if statement == "release_job":
+        return "; handed back to the queue"
+    return f"; now {row['status']} (watchdog trip {row['watchdog_trips']} of {max_trips})"

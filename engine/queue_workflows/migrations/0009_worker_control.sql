@@ -7,6 +7,8 @@ CREATE TABLE worker_controls (
     stop_policy   text NOT NULL DEFAULT 'hard' CHECK (stop_policy IN ('hard', 'park')),
     requested_by  text,
     reason        text,
+    -- Set when a gpu worker exits 75/76/79: its next process probes the device before claiming.
+    device_check_pending boolean NOT NULL DEFAULT false,
     updated_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (host_label, queue)
 );

@@ -181,8 +181,14 @@ ON CONFLICT (host_label, queue) DO UPDATE
 RETURNING *;
 
 -- name: worker_control_for
-SELECT desired_state, stop_policy, requested_by, reason, updated_at
+SELECT desired_state, stop_policy, requested_by, reason, device_check_pending, updated_at
   FROM worker_controls WHERE host_label = %(host_label)s AND queue = %(queue)s;
+
+-- name: set_device_check
+-- The row may not exist yet (absent means ON): create it ON, with only the flag changed.
+INSERT INTO worker_controls (host_label, queue, device_check_pending)
+VALUES (%(host_label)s, %(queue)s, %(pending)s)
+ON CONFLICT (host_label, queue) DO UPDATE SET device_check_pending = EXCLUDED.device_check_pending;
 
 -- name: list_worker_controls
 SELECT * FROM worker_controls ORDER BY host_label, queue;
