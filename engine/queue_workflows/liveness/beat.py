@@ -138,8 +138,8 @@ class LivenessBeat(threading.Thread):
     # -- the thread ------------------------------------------------------------------------
 
     def run(self) -> None:
-        # The lease guard runs apart, so a statement stuck in the network cannot keep us running unleased.
-        threading.Thread(target=self._guard_lease, name=f"lease-guard-{self.queue}", daemon=True).start()
+        # The guard runs apart, so a statement stuck in the network cannot delay a trip or keep us unleased.
+        threading.Thread(target=self._guard, name=f"job-guard-{self.queue}", daemon=True).start()
         while not self._halt.is_set():
             try:
                 self._tick()
@@ -151,7 +151,7 @@ class LivenessBeat(threading.Thread):
                 finally:
                     self._halt.wait(self.backoff.next_delay())
 
-    def _guard_lease(self) -> None:
+    def _guard(self) -> None:
         """The lease deadline and the watchdogs, checked apart from any database call."""
         while not self._halt.wait(0.05):
             job = self._job
