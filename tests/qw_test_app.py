@@ -60,6 +60,36 @@ def beat_then_hang(reason: str, args: dict[str, Any]) -> dict[str, Any]:
 register_ingest_task("beat_then_hang", beat_then_hang)
 
 
+class CustomBaseError(BaseException):
+    """Not an Exception: the kind of thing a task should never raise, and a worker must survive."""
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+POISON: dict[str, Any] = {
+    "nul_error": lambda: _raise(ValueError("bad \x00 name")),
+    "surrogate_error": lambda: _raise(OSError("file " + b"\xff".decode("utf-8", "surrogateescape"))),
+    "nul_result": lambda: {"x": "a\x00b"},
+    "surrogate_result": lambda: {"x": "\udc80"},
+    "system_exit_0": lambda: _raise(SystemExit(0)),
+    "system_exit_3": lambda: _raise(SystemExit(3)),
+    "keyboard_interrupt": lambda: _raise(KeyboardInterrupt()),
+    "generator_exit": lambda: _raise(GeneratorExit()),
+    "custom_base": lambda: _raise(CustomBaseError("custom")),
+}
+
+
+def poison(reason: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """Raise or return the bad thing named by `args["kind"]` (one of POISON)."""
+    result: dict[str, Any] | None = POISON[args["kind"]]()
+    return result
+
+
+register_ingest_task("poison", poison)
+
+
 # A memory probe the throttle tests steer through a JSON file: {"ram": .., "swap": .., "gpu": ..}.
 if os.environ.get("QW_TEST_MEMORY_FILE"):
     import json

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from . import config, tasks
 from .errors import InvalidPayloadError, QueueWorkflowsError
-from .payloads import json_object
+from .payloads import clean_text, json_object
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +25,15 @@ class Outcome:
 
 
 def _failure(exc: BaseException) -> Outcome:
-    if isinstance(exc, QueueWorkflowsError):
-        text = f"{type(exc).__name__}: {exc}"
-    else:
-        text = "".join(traceback.format_exception(exc)).strip()
-    return Outcome("failed", error=text[-_MAX_ERROR_CHARS:])
+    """The attempt's error text, cleaned so the terminal write cannot be refused."""
+    try:
+        if isinstance(exc, QueueWorkflowsError):
+            text = f"{type(exc).__name__}: {exc}"
+        else:
+            text = "".join(traceback.format_exception(exc)).strip()  # ends "SystemExit: 0", "KeyboardInterrupt", ...
+    except BaseException:  # noqa: BLE001 - a __str__ that raises must not take the worker down either
+        text = f"{type(exc).__qualname__} (its message could not be formatted)"
+    return Outcome("failed", error=clean_text(text)[-_MAX_ERROR_CHARS:])
 
 
 def _checked_result(value: Any, what: str) -> Any:
@@ -43,7 +47,7 @@ def run_ingest_job(job: dict[str, Any]) -> Outcome:
         task = tasks.get_ingest_task(job["task_name"])
         value = task(job["reason"], dict(job["args"] or {}))
         return Outcome("completed", result=_checked_result(value, f"task {task.name!r}"))
-    except Exception as exc:  # noqa: BLE001 - any task failure becomes the job's error
+    except BaseException as exc:  # noqa: BLE001 - SystemExit & co. from task code too; signals never raise here
         return _failure(exc)
 
 
@@ -57,5 +61,5 @@ def run_node_job(job: dict[str, Any]) -> Outcome:
             raise InvalidPayloadError(f"node module {module_name!r} has no callable run(inputs)")
         value = run(dict(job["inputs"] or {}))
         return Outcome("completed", result=_checked_result(value, f"node {job['node_name']!r}"))
-    except Exception as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - as in run_ingest_job
         return _failure(exc)

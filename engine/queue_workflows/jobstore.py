@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg.rows import dict_row
+
 from . import db, queries
 from .queries import JobTable
 
@@ -27,9 +29,12 @@ Statement = tuple[Any, dict[str, Any]]
 
 
 def fetch_one(conn: db.Conn | None, statement: Statement) -> Row | None:
-    """Run one statement (on the caller's connection and transaction, or a pooled one) and fetch its row."""
-    with db.transaction(conn) as c:
-        return c.execute(*statement).fetchone()
+    """Run one statement (on the caller's connection and transaction, or a pooled one) and fetch its row.
+
+    The row is a dict whatever row factory the caller's connection was opened with.
+    """
+    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        return cur.execute(*statement).fetchone()
 
 
 def claim_statement(

@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from psycopg.rows import dict_row
 
 from . import config, db, jobstore, queries, tasks
 from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from .jobstore import Claimant, Row
-from .payloads import json_object
+from .payloads import check_text, json_object, shown
 from .queries import JobTable
 from .settings import QUEUE_NAME_RE, RESERVED_QUEUES
 
@@ -24,6 +25,8 @@ INGEST_TABLE: JobTable = "ingest_jobs"
 NODE_QUEUES = RESERVED_QUEUES
 _NODE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+_BIGINT_MAX = 2**63 - 1
+_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts")
 
 __all__ = [
     "Claimant",
@@ -44,7 +47,7 @@ __all__ = [
 
 def check_ingest_queue(queue: object) -> str:
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
-        raise InvalidNameError(f"queue name {queue!r} is invalid: lowercase letters, digits and _, max 32")
+        raise InvalidNameError(f"queue name {shown(queue)} is invalid: lowercase letters, digits and _, max 32")
     if queue in RESERVED_QUEUES:
         raise ReservedQueueError(f"queue {queue!r} is reserved for DAG node jobs; ingest jobs use one of the configured ingest queues")
     known = config.current().settings.ingest_queues
@@ -55,20 +58,20 @@ def check_ingest_queue(queue: object) -> str:
 
 def check_node_queue(queue: object) -> str:
     if queue not in NODE_QUEUES:
-        raise UnknownQueueError(f"unknown node queue {queue!r}: node jobs run on 'cpu' or 'gpu'")
+        raise UnknownQueueError(f"unknown node queue {shown(queue)}: node jobs run on 'cpu' or 'gpu'")
     return queue
 
 
 def _check_priority(priority: object) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int) or not _PRIORITY_RANGE[0] <= priority <= _PRIORITY_RANGE[1]:
-        raise InvalidPayloadError(f"priority must be a 32-bit integer, not {priority!r}")
+        raise InvalidPayloadError(f"priority must be a 32-bit integer, not {shown(priority)}")
     return priority
 
 
 def _check_max_attempts(max_attempts: int | None) -> int:
     value = config.current().settings.max_attempts if max_attempts is None else max_attempts
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-        raise InvalidPayloadError(f"max_attempts must be an integer from 1 to 1000, not {value!r}")
+        raise InvalidPayloadError(f"max_attempts must be an integer from 1 to 1000, not {shown(value)}")
     return value
 
 
@@ -85,8 +88,7 @@ def _ingest_params(
     tasks.check_task_name(task_name)
     tasks.get_ingest_task(task_name)
     check_ingest_queue(queue)
-    if not isinstance(reason, str) or not 0 < len(reason) <= 200:
-        raise InvalidPayloadError(f"reason must be a non-empty string of at most 200 characters, not {reason!r}")
+    check_text(reason, what="reason", max_chars=200)
     return {
         "task_name": task_name,
         "queue": queue,
@@ -120,21 +122,38 @@ def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | No
     Each item takes `enqueue_ingest_job`'s arguments by name (`task_name`, `queue`, `args`,
     `reason`, `priority`, `max_attempts`); every item is validated before anything is written.
     """
-    batch: dict[str, list[Any]] = {key: [] for key in ("task_name", "queue", "args", "reason", "priority", "max_attempts")}
-    for index, job in enumerate(jobs):
-        try:
-            params = _ingest_params(**job)
-        except TypeError as exc:
-            raise InvalidPayloadError(f"job #{index}: {exc}") from None
-        except QueueWorkflowsError as exc:
-            raise type(exc)(f"job #{index}: {exc}") from None
-        for key, value in params.items():
+    batch: dict[str, list[Any]] = {key: [] for key in _INGEST_ARGS}
+    try:
+        items = list(jobs)
+    except TypeError:
+        raise InvalidPayloadError(f"jobs must be an iterable of mappings, not {type(jobs).__name__}") from None
+    for index, job in enumerate(items):
+        for key, value in _bulk_item_params(index, job).items():
             batch[key].append(value)
     if not batch["task_name"]:
         return []
-    with db.transaction(conn) as c:
-        rows = c.execute(queries.query("enqueue_ingest_jobs"), batch).fetchall()
+    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(queries.query("enqueue_ingest_jobs"), batch).fetchall()
     return sorted(rows, key=lambda row: row["id"])
+
+
+def _bulk_item_params(index: int, job: object) -> dict[str, Any]:
+    """`_ingest_params` for one batch item; every error names the item (and its task, when known)."""
+    label = f"job #{index}"
+    if not isinstance(job, Mapping):
+        raise InvalidPayloadError(f"{label} must be a mapping of enqueue_ingest_job's arguments ({', '.join(_INGEST_ARGS)}), not {type(job).__name__}")
+    name = job.get("task_name")
+    task = f" [task {name!r}]" if isinstance(name, str) and tasks.TASK_NAME_RE.match(name) else ""
+    unknown = [shown(key) for key in job if key not in _INGEST_ARGS]
+    missing = [key for key in ("task_name", "queue") if key not in job]
+    if unknown or missing:
+        problem = f"unknown argument(s) {', '.join(unknown)}" if unknown else f"missing {' and '.join(missing)}"
+        raise InvalidPayloadError(f"{label}: {problem}; an item takes {', '.join(_INGEST_ARGS)}{task}")
+    try:
+        return _ingest_params(**job)
+    except QueueWorkflowsError as exc:
+        message = str(exc)
+        raise type(exc)(f"{label}: {message}{task if task and repr(name) not in message else ''}") from None
 
 
 def enqueue_node_job(
@@ -155,9 +174,9 @@ def enqueue_node_job(
         if value is None and label != "node_name":
             continue
         if not isinstance(value, str) or not _NODE_NAME_RE.match(value):
-            raise InvalidNameError(f"{label} {value!r} is invalid: letters, digits and _ . : - (max 128)")
-    if run_id is not None and (isinstance(run_id, bool) or not isinstance(run_id, int)):
-        raise InvalidPayloadError(f"run_id must be an integer, not {run_id!r}")
+            raise InvalidNameError(f"{label} {shown(value)} is invalid: letters, digits and _ . : - (max 128)")
+    if run_id is not None and (isinstance(run_id, bool) or not isinstance(run_id, int) or not 0 < run_id <= _BIGINT_MAX):
+        raise InvalidPayloadError(f"run_id must be a positive 64-bit integer, not {shown(run_id)}")
     params = {
         "run_id": run_id,
         "node_name": node_name,
@@ -168,9 +187,9 @@ def enqueue_node_job(
         "inputs": json_object(inputs, what="inputs", max_bytes=config.current().settings.max_payload_bytes),
         "max_attempts": _check_max_attempts(max_attempts),
     }
-    with db.transaction(conn) as c:
-        row = c.execute(queries.query("enqueue_node_job"), params).fetchone()
-    assert row is not None
+    row = jobstore.fetch_one(conn, (queries.query("enqueue_node_job"), params))
+    if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
+        raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
     return row
 
 

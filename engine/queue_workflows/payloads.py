@@ -1,4 +1,9 @@
-"""JSON validation that runs before any write."""
+"""JSON and text validation that runs before any write.
+
+Postgres `text` and `jsonb` cannot hold a NUL, and the driver cannot encode a lone surrogate
+(what `surrogateescape` leaves in a non-UTF-8 file name): either one in a write fails the
+whole statement, so both are caught here, with the path to the bad value.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,106 @@ from psycopg.types.json import Jsonb
 
 from .errors import InvalidPayloadError
 
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of objects/arrays accepted in args, inputs and results."""
+
+_PATH_KEY_CHARS = 40
+
+
+def clean_text(s: str) -> str:
+    """`s` made storable: NUL becomes the text `\\x00`, a lone surrogate its backslash escape."""
+    if "\x00" in s:
+        s = s.replace("\x00", "\\x00")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return s
+
+
+def text_problem(s: str) -> str | None:
+    """Why `s` cannot be stored (NUL or lone surrogate, with its position), or None."""
+    nul = s.find("\x00")
+    if nul >= 0:
+        return f"a NUL character (\\x00) at position {nul}, which Postgres cannot store"
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate ({clean_text(s[exc.start])}) at position {exc.start}, which is not valid UTF-8"
+    return None
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A short, storable repr of a caller's value, for an error message."""
+    text = clean_text(repr(value))
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+
+
+def check_text(value: object, *, what: str, max_chars: int) -> str:
+    """A non-empty string of at most `max_chars` that Postgres can store; the error never echoes it."""
+    if not isinstance(value, str):
+        raise InvalidPayloadError(f"{what} must be a string, not {type(value).__name__}")
+    if not 0 < len(value) <= max_chars:
+        raise InvalidPayloadError(f"{what} must be 1 to {max_chars} characters, not {len(value)}")
+    problem = text_problem(value)
+    if problem:
+        raise InvalidPayloadError(f"{what} contains {problem}")
+    return value
+
+
+_Path = tuple[Any, str | int] | None  # (parent path, key), built into text only for an error
+
+
+def _path_text(what: str, path: _Path) -> str:
+    keys: list[str | int] = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    parts = [what]
+    for key in reversed(keys):
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        else:  # json.dumps is ASCII-only: a NUL or surrogate in the key shows escaped
+            parts.append(f"[{json.dumps(key[:_PATH_KEY_CHARS])}{'...' if len(key) > _PATH_KEY_CHARS else ''}]")
+    text = "".join(parts)
+    return text if len(text) <= 160 else f"{text[:80]}...{text[-60:]}"
+
+
+def check_json_tree(value: Any, *, what: str, max_nodes: int) -> None:
+    """Walk `value` (iteratively) for what `json.dumps` lets through but Postgres refuses.
+
+    Rejects NUL and lone surrogates in keys and strings, non-string keys, nesting past
+    MAX_JSON_DEPTH, and more than `max_nodes` values (each costs at least one byte).
+    """
+    stack: list[tuple[Any, _Path, int]] = [(value, None, 0)]  # containers only; scalars are checked inline
+    nodes = 1
+    while stack:
+        node, path, depth = stack.pop()
+        if depth >= MAX_JSON_DEPTH:
+            raise InvalidPayloadError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (the limit) at {_path_text(what, path)}")
+        nodes += len(node)
+        if nodes > max_nodes:
+            raise InvalidPayloadError(f"{what} has more than {max_nodes} values, over the size limit (QW_MAX_PAYLOAD_BYTES)")
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        nested: list[tuple[Any, _Path, int]] = []
+        for key, child in items:
+            if isinstance(node, dict):
+                if not isinstance(key, str):
+                    raise InvalidPayloadError(f"{_path_text(what, path)} has a key of type {type(key).__name__}; JSON object keys must be strings")
+                if _suspect(key) and (problem := text_problem(key)):
+                    raise InvalidPayloadError(f"the key {_path_text(what, (path, key))} contains {problem}")
+            if isinstance(child, str):
+                if _suspect(child) and (problem := text_problem(child)):
+                    raise InvalidPayloadError(f"{_path_text(what, (path, key))} contains {problem}")
+            elif isinstance(child, (dict, list, tuple)):
+                nested.append((child, (path, key), depth + 1))
+        stack.extend(reversed(nested))
+
+
+def _suspect(s: str) -> bool:
+    """Cheap pre-check: only a string with a NUL or non-ASCII text can hold either problem."""
+    return "\x00" in s or not s.isascii()
+
 
 def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = False) -> Jsonb | None:
     """Validate `value` as a JSON object within `max_bytes`; returns it ready to bind."""
@@ -18,15 +123,14 @@ def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = Fal
         value = {}
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"{what} must be a JSON object (dict), not {type(value).__name__}")
+    check_json_tree(value, what=what, max_nodes=max_bytes)
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise InvalidPayloadError(f"{what} is not JSON-serialisable: {exc}") from None
+        raise InvalidPayloadError(f"{what} is not JSON-serialisable: {clean_text(str(exc))}") from None
     size = len(text.encode())
     if size > max_bytes:
         raise InvalidPayloadError(f"{what} is {size} bytes, over the {max_bytes}-byte limit (QW_MAX_PAYLOAD_BYTES)")
-    if "\\u0000" in text:
-        raise InvalidPayloadError(f"{what} contains a NUL character, which Postgres jsonb cannot store")
 
     def _already_dumped(_obj: Any) -> str:
         return text
