@@ -309,3 +309,20 @@ def test_a_bad_name_is_echoed_short_and_storable(database_url, bad):
         message = str(raised.value)
         assert _storable(message) and len(message) < 300, message[:300]
     assert _count(database_url, "ingest_jobs") + _count(database_url, "workflow_node_jobs") == 0
+
+
+def test_an_outcome_the_server_refuses_is_stored_as_the_failure_and_the_worker_goes_on(database_url, conn):
+    conn.execute("ALTER TABLE ingest_jobs ADD CONSTRAINT test_no_forbidden CHECK (result IS NULL OR NOT result ? 'forbidden')")
+    try:
+        register_ingest_task("refused", lambda reason: {"forbidden": True})
+        register_ingest_task("fine", lambda reason: {"ok": True})
+        refused = node_queue.enqueue_ingest_job("refused", "fetch", max_attempts=1)
+        fine = node_queue.enqueue_ingest_job("fine", "fetch")
+        worker = claim_worker.ClaimWorker("fetch", max_jobs=2)
+        assert worker.run_forever() == 0
+        rows = {r["id"]: r for r in conn.execute("SELECT id, status, error FROM ingest_jobs")}
+        assert rows[refused["id"]]["status"] == "failed"
+        assert "could not be stored: CheckViolation" in rows[refused["id"]]["error"]
+        assert rows[fine["id"]]["status"] == "completed", "the worker carried on"
+    finally:
+        conn.execute("ALTER TABLE ingest_jobs DROP CONSTRAINT test_no_forbidden")

@@ -30,6 +30,7 @@ from .control.device import check_device_if_pending
 from .control.throttle import Marks, Throttle
 from .liveness import LivenessBeat
 from .liveness.watchdogs import JobWatch, budget_for
+from .payloads import clean_text
 from .queries import JobTable
 from .session import SessionClosed, WorkerSession, first_line
 
@@ -188,15 +189,26 @@ class ClaimWorker:
     def _store_outcome(
         self, conn: Any, job: dict[str, Any], outcome: Outcome
     ) -> tuple[dict[str, Any] | None, float | None, dict[str, Any] | None]:
-        """`_finish_and_claim`, and when the server refuses the outcome itself, store that as the failure."""
+        """`_finish_and_claim`; when the outcome itself is refused, store that refusal as the failure.
+
+        Nothing here may end the worker: if even the refusal cannot be stored, the job is left
+        running without a lease renewer, so it lapses back to the queue.
+        """
         try:
             return self._finish_and_claim(conn, job, outcome)
         except psycopg.OperationalError:
             raise  # the session reconnects and tries again
-        except psycopg.Error as exc:
+        except Exception as exc:  # noqa: BLE001 - a refused outcome must not kill the worker
             log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job["id"], first_line(exc))
-            refused = Outcome("failed", error=f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}")
+            refused = Outcome("failed", error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"))
+        try:
             return self._finish_and_claim(conn, job, refused)
+        except psycopg.OperationalError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("job %s: not even its failure could be stored; its lease will return it to the queue", job["id"])
+            self._job = None
+            return None, None, None
 
     def _finish_and_claim(
         self, conn: Any, job: dict[str, Any], outcome: Outcome

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 from . import config, db, jobstore, queries, tasks
 from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from .jobstore import Claimant, Row
-from .payloads import check_text, json_object, shown
+from .payloads import check_text, clean_text, json_object, shown
 from .queries import JobTable
 from .settings import QUEUE_NAME_RE, RESERVED_QUEUES
 
@@ -241,7 +241,7 @@ def mark_completed(job_id: int, context_delta: dict[str, Any] | None = None, *, 
 
 
 def mark_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
-    return jobstore.mark(NODE_TABLE, "failed", job_id, error=str(error), worker_id=worker_id, conn=conn)
+    return jobstore.mark(NODE_TABLE, "failed", job_id, error=clean_text(str(error)), worker_id=worker_id, conn=conn)
 
 
 def mark_ingest_completed(job_id: int, result: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
@@ -250,7 +250,7 @@ def mark_ingest_completed(job_id: int, result: dict[str, Any] | None = None, *, 
 
 
 def mark_ingest_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
-    return jobstore.mark(INGEST_TABLE, "failed", job_id, error=str(error), worker_id=worker_id, conn=conn)
+    return jobstore.mark(INGEST_TABLE, "failed", job_id, error=clean_text(str(error)), worker_id=worker_id, conn=conn)
 
 
 def _snapshot(table: str, queues: frozenset[str]) -> dict[str, Any]:

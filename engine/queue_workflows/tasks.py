@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidNameError, UnknownTaskError
+from .payloads import shown
 
 TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 
@@ -33,7 +34,7 @@ _tasks: dict[str, IngestTask] = {}
 def check_task_name(name: object) -> str:
     if not isinstance(name, str) or not TASK_NAME_RE.match(name):
         raise InvalidNameError(
-            f"task name {name!r} is invalid: use letters, digits and _ . : - (max 128), starting with a letter or _"
+            f"task name {shown(name)} is invalid: use letters, digits and _ . : - (max 128), starting with a letter or _"
         )
     return name
 
