@@ -107,12 +107,30 @@ def enqueue_ingest_job(
     reason: str = "manual",
     priority: int = 0,
     max_attempts: int | None = None,
+    dedup_key: str | None = None,
     conn: db.Conn | None = None,
 ) -> Row:
-    """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction."""
+    """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction.
+
+    With `dedup_key`, a job with that key that is live (or finished within
+    `QW_DEDUP_WINDOW_SECONDS`) is returned instead of enqueueing another.
+    """
     params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts)
-    row = jobstore.fetch_one(conn, (queries.query("enqueue_ingest_job"), params))
-    assert row is not None
+    if dedup_key is None:
+        row = jobstore.fetch_one(conn, (queries.query("enqueue_ingest_job"), params))
+    else:
+        params["dedup_key"] = check_text(dedup_key, what="dedup_key", max_chars=200)
+        params["dedup_window_seconds"] = config.current().settings.dedup_window_seconds
+        with db.transaction(conn) as c:
+            for _ in range(3):  # nothing back: we lost the race at the unique index; look again
+                row = jobstore.fetch_one(c, (queries.query("enqueue_ingest_job_once"), params))
+                if row is not None:
+                    break
+                row = jobstore.fetch_one(c, (queries.query("find_dedup_job"), params))
+                if row is not None:
+                    break
+    if row is None:
+        raise InvalidPayloadError(f"dedup_key {shown(dedup_key)}: could not settle which job holds it; enqueue again")
     return row
 
 

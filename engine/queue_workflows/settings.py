@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     retry_base_seconds: float = Field(default=2.0, gt=0)
     retry_max_seconds: float = Field(default=300.0, gt=0)
     max_payload_bytes: int = Field(default=1_048_576, gt=0)
+    dedup_window_seconds: float = Field(default=0.0, ge=0)
     claim_order: Literal["highest_first", "lowest_first"] = "highest_first"
 
     ingest_queues: Annotated[frozenset[str], NoDecode] = frozenset({"fetch", "load"})

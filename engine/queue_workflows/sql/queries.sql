@@ -6,6 +6,34 @@ INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts)
 VALUES (%(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s)
 RETURNING *;
 
+-- name: enqueue_ingest_job_once
+-- With a dedup key: the live job with that key (or one finished within the window) if there
+-- is one, else a new job. Two enqueuers racing on one key meet at the unique index: the
+-- loser inserts nothing and finds the winner's job with `find_dedup_job`.
+WITH existing AS (
+    SELECT * FROM ingest_jobs
+     WHERE dedup_key = %(dedup_key)s
+       AND (status IN ('scheduled', 'queued', 'running')
+            OR finished_at > now() - make_interval(secs => %(dedup_window_seconds)s))
+     ORDER BY id DESC
+     LIMIT 1
+), inserted AS (
+    INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, dedup_key)
+    SELECT %(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s, %(dedup_key)s
+     WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running') DO NOTHING
+    RETURNING *
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT * FROM existing;
+
+-- name: find_dedup_job
+SELECT * FROM ingest_jobs
+ WHERE dedup_key = %(dedup_key)s AND status IN ('scheduled', 'queued', 'running')
+ ORDER BY id DESC
+ LIMIT 1;
+
 -- name: enqueue_ingest_jobs
 INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts)
 SELECT * FROM unnest(%(task_name)s::text[], %(queue)s::text[], %(args)s::jsonb[], %(reason)s::text[],
