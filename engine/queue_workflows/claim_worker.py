@@ -29,7 +29,7 @@ from .control.api import control_for
 from .control.device import check_device_if_pending
 from .control.throttle import Marks, Throttle
 from .liveness import LivenessBeat
-from .liveness.watchdogs import JobWatch, budget_for
+from .liveness.watchdogs import JobWatch, Trip, budget_for
 from .payloads import clean_text
 from .queries import JobTable
 from .session import SessionClosed, WorkerSession, first_line
@@ -155,6 +155,8 @@ class ClaimWorker:
         while job is not None:
             current = job
             outcome, elapsed = self._execute(current)
+            if outcome.gpu_error == "device":  # the process's GPU context is suspect: hand the job on and leave
+                self.beat.trip_current_job(Trip(exits.EXIT_DEVICE_ERROR, f"GPU device error: {(outcome.error or '').splitlines()[-1:]}"))
             ran += 1
             marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))
             self._report(current, outcome, marked, retry_in, elapsed)
@@ -220,12 +222,15 @@ class ClaimWorker:
         """
         statements = []
         retry_in = None
-        if outcome.status == "failed" and job["attempts"] < job["max_attempts"]:
+        if outcome.gpu_error == "oom":  # not the task's fault: requeue uncharged, up to the watchdog cap
+            error = f"GPU out of memory (requeued, no attempt charged): {outcome.error}"
+            statements.append(jobstore.watchdog_trip_statement(self.table, job["id"], self.worker_id, error=error, max_trips=self.settings.watchdog_max_trips))
+        elif outcome.status == "failed" and job["attempts"] < job["max_attempts"]:
             retry_in = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
             statements.append(jobstore.retry_statement(self.table, job["id"], self.worker_id, error=outcome.error or "", delay_seconds=retry_in))
-        statements.append(
-            jobstore.mark_statement(self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id)
-        )
+        if outcome.gpu_error != "oom":
+            mark = jobstore.mark_statement(self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id)
+            statements.append(mark)
         claim_next = self._may_claim()
         if claim_next:
             statements.append(self._claim_statement())
@@ -241,6 +246,8 @@ class ClaimWorker:
     def _report(self, job: dict[str, Any], outcome: Outcome, marked: Any, retry_in: float | None, elapsed: float) -> None:
         if marked is None:
             log.warning("job %s finished after %.3fs but was no longer ours; result discarded", job["id"], elapsed)
+        elif outcome.gpu_error == "oom":
+            log.warning("job %s: GPU out of memory after %.3fs; now %s (watchdog trip %s)", job["id"], elapsed, marked["status"], marked["watchdog_trips"])
         elif outcome.status == "failed":
             last_line = (outcome.error or "").strip().splitlines()[-1:] or [""]
             then = f"retry in {retry_in:.1f}s" if retry_in is not None else "no attempts left"

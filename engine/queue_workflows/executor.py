@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from . import config, tasks
 from .errors import InvalidPayloadError, QueueWorkflowsError
+from .gpu.errors import GpuErrorKind, classify
 from .payloads import clean_text, json_object
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ class Outcome:
     status: Literal["completed", "failed"]
     result: Any = None
     error: str | None = None
+    gpu_error: GpuErrorKind | None = None  # a transient GPU error: requeued, not charged to the task
 
 
 def _failure(exc: BaseException) -> Outcome:
@@ -33,7 +35,7 @@ def _failure(exc: BaseException) -> Outcome:
             text = "".join(traceback.format_exception(exc)).strip()  # ends "SystemExit: 0", "KeyboardInterrupt", ...
     except BaseException:  # noqa: BLE001 - a __str__ that raises must not take the worker down either
         text = f"{type(exc).__qualname__} (its message could not be formatted)"
-    return Outcome("failed", error=clean_text(text)[-_MAX_ERROR_CHARS:])
+    return Outcome("failed", error=clean_text(text)[-_MAX_ERROR_CHARS:], gpu_error=classify(exc))
 
 
 def _checked_result(value: Any, what: str) -> Any:

@@ -73,6 +73,12 @@ def retry_statement(table: JobTable, job_id: int, worker_id: str, *, error: str,
     return queries.query("retry_job", table), params
 
 
+def watchdog_trip_statement(table: JobTable, job_id: int, worker_id: str, *, error: str, max_trips: int) -> Statement:
+    """Requeue the caller's running job without charging an attempt, or fail it at the watchdog cap."""
+    params = {"job_id": job_id, "worker_id": worker_id, "error": error, "max_trips": max_trips}
+    return queries.query("watchdog_trip", table), params
+
+
 def mark(table: JobTable, outcome: str, job_id: int, *, conn: db.Conn | None = None, **kwargs: Any) -> Row | None:
     return fetch_one(conn, mark_statement(table, outcome, job_id, **kwargs))
 

@@ -24,7 +24,7 @@ from ..control.api import control_for
 from ..control.device import check_device_if_pending
 from ..control.switch import WorkerSwitch
 from ..control.throttle import Throttle, current_probe
-from ..exits import EXIT_BUDGET, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_STALLED, exit_now
+from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_STALLED, exit_now
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
 from .trip import CurrentJob, stop_job
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 REVOKED_CHANNEL = "qw_job_revoked"
 CONTROL_CHANNEL = "qw_worker_control"
 # Exits after which a gpu worker's device may be left in an error state.
-DEVICE_SUSPECT_EXITS = frozenset({EXIT_BUDGET, EXIT_STALLED, EXIT_HARD_STOP})
+DEVICE_SUSPECT_EXITS = frozenset({EXIT_BUDGET, EXIT_STALLED, EXIT_HARD_STOP, EXIT_DEVICE_ERROR})
 
 
 class LivenessBeat(threading.Thread):
@@ -115,6 +115,10 @@ class LivenessBeat(threading.Thread):
         self.state = "stopping"
         self._next_heartbeat = 0.0
         self._poke()
+
+    def trip_current_job(self, trip: Trip) -> None:
+        """Stop the running job from the main thread's side (a GPU device error): same one path."""
+        self._trip(self._job, trip)
 
     def stop(self) -> None:
         """Stop beating, remove this worker's heartbeat row and close the connection."""

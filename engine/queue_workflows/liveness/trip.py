@@ -15,16 +15,16 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .. import queries
-from ..exits import EXIT_BUDGET, EXIT_HARD_STOP, EXIT_STALLED
+from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED
 from ..queries import JobTable
 from ..session import first_line
 from .watchdogs import Trip
 
 log = logging.getLogger(__name__)
 
-# What each trip writes: a watchdog requeues (or, at the cap, fails) the job; a hard stop hands
+# What each trip writes: a watchdog or a GPU device error requeues (or, at the cap, fails) the job; a hard stop hands
 # it back untouched; a job taken away (77) is not ours to write.
-WRITES = {EXIT_BUDGET: "watchdog_trip", EXIT_STALLED: "watchdog_trip", EXIT_HARD_STOP: "release_job"}
+WRITES = {EXIT_BUDGET: "watchdog_trip", EXIT_STALLED: "watchdog_trip", EXIT_DEVICE_ERROR: "watchdog_trip", EXIT_HARD_STOP: "release_job"}
 
 
 @dataclass(frozen=True)

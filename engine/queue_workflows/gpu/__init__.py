@@ -1,0 +1,1 @@
+"""The GPU side: what the engine knows about devices, their errors, and their health."""
