@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from . import claim_worker, db, node_queue, reclaim, worker_control
+from . import admin, claim_worker, db, node_queue, reclaim, worker_control
 from .config import EngineConfig, configure, current
 from .errors import (
     ConfigError,
@@ -29,6 +29,7 @@ from .tasks import register_ingest_task
 __version__ = "0.1.0"
 
 __all__ = [
+    "admin",
     "ConfigError",
     "EngineConfig",
     "InvalidNameError",

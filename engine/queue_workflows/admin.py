@@ -1,0 +1,103 @@
+"""What an operator asks of the queue: overview, workers, jobs, one job's story; cancel and retry.
+
+Jobs live in two tables whose ids overlap, so a job is named `ingest:ID` or `node:ID`; a bare
+ID is accepted when only one table has it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from . import config, db, queries
+from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
+from .node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
+from .payloads import check_text, shown
+from .queries import JobTable
+
+FAMILIES: dict[str, JobTable] = {"ingest": INGEST_TABLE, "node": NODE_TABLE}
+STATUSES = ("scheduled", "queued", "running", "awaiting_input", "completed", "failed", "cancelled")
+_REF_RE = re.compile(r"^(?:(ingest|node):)?([1-9][0-9]{0,18})$")
+
+
+class JobNotFoundError(QueueWorkflowsError, LookupError):
+    """No job by that reference (or, for cancel/retry, not in a state that allows it)."""
+
+
+def _rows(conn: db.Conn | None, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with db.transaction(conn) as c:
+        return c.cursor(row_factory=dict_row).execute(statement, params).fetchall()
+
+
+def resolve(ref: str, conn: db.Conn | None = None) -> tuple[JobTable, dict[str, Any]]:
+    match = _REF_RE.match(str(ref).strip())
+    if not match:
+        raise InvalidNameError(f"job reference {shown(ref)} is invalid: use ID, ingest:ID or node:ID")
+    family, job_id = match.group(1), int(match.group(2))
+    tables = [FAMILIES[family]] if family else [INGEST_TABLE, NODE_TABLE]
+    found = [(t, rows[0]) for t in tables if (rows := _rows(conn, queries.query("get_job", t), {"job_id": job_id}))]
+    if not found:
+        raise JobNotFoundError(f"no job {ref}")
+    if len(found) > 1:
+        raise InvalidNameError(f"job {job_id} exists as ingest:{job_id} and node:{job_id}; say which")
+    return found[0]
+
+
+def queue_overview(conn: db.Conn | None = None) -> list[dict[str, Any]]:
+    """One row per (family, queue): counts by status and the age of the oldest queued job."""
+    out: list[dict[str, Any]] = []
+    families = (("node", NODE_TABLE, NODE_QUEUES), ("ingest", INGEST_TABLE, config.current().settings.ingest_queues))
+    for family, table, known in families:
+        per: dict[str, dict[str, Any]] = {q: {"family": family, "queue": q, **{s: 0 for s in STATUSES}, "oldest_queued_s": None} for q in sorted(known)}
+        for row in _rows(conn, queries.query("queue_overview", table), {}):
+            entry = per.setdefault(row["queue"], {"family": family, "queue": row["queue"], **{s: 0 for s in STATUSES}, "oldest_queued_s": None})
+            entry[row["status"]] = row["n"]
+            if row["oldest_queued_s"] is not None:
+                entry["oldest_queued_s"] = row["oldest_queued_s"]
+        out.extend(per.values())
+    return out
+
+
+def worker_list(conn: db.Conn | None = None) -> list[dict[str, Any]]:
+    return _rows(conn, queries.query("worker_list"), {})
+
+
+def list_jobs(queue: str | None = None, status: str | None = None, limit: int = 50, conn: db.Conn | None = None) -> list[dict[str, Any]]:
+    if status is not None and status not in STATUSES:
+        raise InvalidPayloadError(f"status must be one of {', '.join(STATUSES)}, not {shown(status)}")
+    if queue is not None:
+        check_text(queue, what="queue", max_chars=32)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidPayloadError(f"limit must be an integer from 1 to 10000, not {shown(limit)}")
+    return _rows(conn, queries.query("list_jobs"), {"queue": queue, "status": status, "limit": limit})
+
+
+def job_detail(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
+    """The job's row (as `job`), its family, and its events off the happy path, oldest first."""
+    table, row = resolve(ref, conn)
+    events = _rows(conn, queries.query("job_events_for"), {"job_table": table, "job_id": row["id"]})
+    family = "ingest" if table == INGEST_TABLE else "node"
+    return {"family": family, "ref": f"{family}:{row['id']}", "job": row, "events": events}
+
+
+def cancel_job(ref: str, *, reason: str | None = None, conn: db.Conn | None = None) -> dict[str, Any]:
+    """Cancel a scheduled, queued or running job; a running one's worker stops it (exit 77)."""
+    if reason is not None:
+        check_text(reason, what="reason", max_chars=200)
+    table, row = resolve(ref, conn)
+    note = f"cancelled by the operator: {reason}" if reason else None
+    done = _rows(conn, queries.query("cancel_job", table), {"job_id": row["id"], "reason": note})
+    if not done:
+        raise JobNotFoundError(f"job {ref} is {row['status']}: only scheduled, queued or running jobs can be cancelled")
+    return done[0]
+
+
+def retry_job(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
+    """Put a failed or cancelled job back in its queue with fresh attempts."""
+    table, row = resolve(ref, conn)
+    done = _rows(conn, queries.query("operator_retry_job", table), {"job_id": row["id"]})
+    if not done:
+        raise JobNotFoundError(f"job {ref} is {row['status']}: only failed or cancelled jobs can be retried")
+    return done[0]
