@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,17 @@ def _dev_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QW_")}
     env.update(QW_DATA_DIR=str(tmp_path / "qwdata"), QW_LOG_LEVEL="WARNING", **extra)
     return env
+
+
+def _summary(lines: list[str]) -> dict[str, dict[str, str]] | None:
+    """The rows of the table `qw dev` prints when the demo finished, by queue (None until printed)."""
+    text = "".join(lines)
+    if "demo finished" not in text:
+        return None
+    table = text.split("demo finished", 1)[1].splitlines()
+    header = next((line.split() for line in table if line.startswith("family")), None)
+    rows = {cells[1]: dict(zip(header, cells)) for cells in map(str.split, table) if header and cells[:1] in (["node"], ["ingest"])}
+    return rows if {"cpu", "fetch", "load"} <= set(rows) else None
 
 
 def _postgres_running_under(data_dir: Path) -> list[psutil.Process]:
@@ -43,9 +55,16 @@ def test_qw_dev_runs_the_demo_on_an_embedded_postgres_and_stops_on_ctrl_c(tmp_pa
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()
     try:
-        wait_until(lambda: any("demo finished" in line for line in lines), timeout=90, what="the demo to finish")
-        finished = next(line for line in lines if "demo finished" in line)
-        assert "'failed': 0" in finished and "'completed': 4" in finished, finished
+        rows = wait_until(lambda: _summary(lines), timeout=90, what="the demo's summary table")
+        for queue in ("cpu", "fetch", "load"):
+            assert rows[queue]["completed"] == "4" and rows[queue]["failed"] == "0", rows
+        # The printed DSN lets `qw status` watch the embedded database from another terminal.
+        dsn = next(line for line in lines if "embedded Postgres at " in line).split("embedded Postgres at ", 1)[1].strip()
+        status = subprocess.run(
+            [sys.executable, "-m", "qw_services.cli", "status", "--json"],
+            env={**_dev_env(tmp_path), "QW_DATABASE_URL": dsn}, capture_output=True, text=True, timeout=60,
+        )
+        assert status.returncode == 0 and json.loads(status.stdout)["node"]["cpu"]["completed"] == 4, status.stderr
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len([c for c in children if "qw_services" in " ".join(c.cmdline())]) == 4  # orchestrator + cpu, fetch, load
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the whole group

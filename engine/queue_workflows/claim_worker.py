@@ -8,11 +8,9 @@ session connection that holds the worker's advisory lock.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -20,9 +18,8 @@ from typing import Any
 
 import psycopg
 
-from . import config, db, exits, jobstore, node_queue, progress, queries
+from . import app_loader, config, db, exits, jobstore, node_queue, progress, queries
 from .backoff import retry_delay
-from .errors import ConfigError
 from .executor import Outcome, run_ingest_job, run_node_job
 from .control import WorkerSwitch
 from .control.api import control_for
@@ -256,35 +253,45 @@ class ClaimWorker:
             log.info("job %s completed in %.3fs", job["id"], elapsed)
 
 
-def import_app(module: str | None) -> None:
-    """Import the host application module that registers its tasks."""
-    if not module:
-        return
-    try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        raise ConfigError(f"QW_APP: cannot import application module {module!r}: {exc}") from exc
+import_app = app_loader.import_app  # kept importable from here for existing callers
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="queue-claim-worker", description="Run one claim worker for one queue.")
     parser.add_argument("--queue", required=True, help="cpu, gpu, or one of the configured ingest queues")
-    parser.add_argument("--app", default=None, help="module that registers tasks (default: QW_APP)")
+    parser.add_argument("--app", default=None, help="module that registers tasks and may call configure() (default: QW_APP)")
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: `claim_worker.main(["--queue", "gpu"])`. SIGTERM/SIGINT stop it gracefully."""
+    """Entry point: `claim_worker.main(["--queue", "gpu"])`. SIGTERM/SIGINT stop it gracefully.
+
+    Imports the app before reading settings (so its configure() holds), logs to stderr when
+    the host has not set logging up, and reports a configuration problem as one line, exit 2.
+    """
     args = build_parser().parse_args(argv)
-    import_app(args.app or config.current().settings.app)
+    app_loader.ensure_logging()
+    return app_loader.run_tool(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    loaded = app_loader.load_app(args.app)
     worker = ClaimWorker(args.queue, max_jobs=args.max_jobs)
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: worker.request_stop())
+    stop = threading.Event()
+
+    def _stop() -> None:
+        stop.set()
+        worker.request_stop()
+
+    app_loader.on_stop_signals(_stop)
+    db.wait_for_schema(url=loaded.config.database_url(), stop=stop)  # SIGINT/SIGTERM end the wait at once
+    if stop.is_set():
+        return exits.EXIT_OK
+    if args.queue not in node_queue.NODE_QUEUES:
+        app_loader.warn_unrunnable_jobs(args.queue, loaded)
     return worker.run_forever()
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     raise SystemExit(main())

@@ -14,11 +14,12 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from . import config, migrations
-from .errors import MigrationError, SchemaNotReadyError
+from .errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
 
@@ -199,26 +200,148 @@ def wait_for_schema(
     *,
     version_table: str = DEFAULT_VERSION_TABLE,
     url: str | None = None,
-    sleep_fn: Callable[[float], None] = time.sleep,
+    stop: threading.Event | None = None,
+    sleep_fn: Callable[[float], None] | None = None,
     now_fn: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Block until the schema reaches `min_version` (default: this package's latest)."""
+    """Block until the schema reaches `min_version` (default: this package's latest).
+
+    Waits through what time may cure (in a compose stack Postgres and the orchestrator's
+    migrations come up later) and raises ConfigError at once for what it cannot (malformed
+    DSN, missing database, refused login). Returns early, with the version seen so far, once
+    `stop` is set, so a worker waiting here still honours SIGTERM/SIGINT at once.
+    """
     wanted = latest_version() if min_version is None else min_version
     budget = config.current().settings.schema_wait_seconds if timeout is None else timeout
-    deadline = now_fn() + budget
-    last_error: Exception | None = None
-    while True:
+    started = now_fn()
+    deadline = started + budget
+    sleep = sleep_fn or (stop.wait if stop is not None else time.sleep)
+    version, last_error, said, warned = 0, None, "", False
+    while stop is None or not stop.is_set():
         try:
             with connect(autocommit=True, url=url) as conn:
                 version = schema_version(conn, version_table)
             if version >= wanted:
                 return version
-            last_error = None
-        except psycopg.OperationalError as exc:
-            version, last_error = 0, exc
+            last_error, note = None, f"database is at schema version {version}, waiting for {wanted}: {MIGRATE_HINT}"
+        except psycopg.Error as exc:
+            problem = connect_error(exc, url=url)
+            if not isinstance(problem, DatabaseUnreachableError):
+                raise problem from None
+            last_error, note = problem, f"waiting for Postgres: {problem}"
+        loud = now_fn() - started >= SCHEMA_WAIT_QUIET_SECONDS  # a stack starting up waits a little, quietly
+        if note != said or (loud and not warned):
+            log.log(logging.WARNING if loud else logging.INFO, "%s", note)
+            said, warned = note, warned or loud
         if now_fn() >= deadline:
-            detail = f" (last error: {last_error})" if last_error else f" (at version {version})"
-            raise SchemaNotReadyError(
-                f"schema did not reach version {wanted} within {budget:g}s{detail}; is the orchestrator running?"
-            )
-        sleep_fn(0.5)
+            detail = f": {last_error}" if last_error else f" (database at version {version}); {MIGRATE_HINT}"
+            # The cause tells a tool's exit code apart: unreachable (1) or unmigrated (2).
+            raise SchemaNotReadyError(f"schema did not reach version {wanted} within {budget:g}s{detail}") from last_error
+        sleep(0.5)
+    return version
+
+
+# --- connect-time problems, described once for every tool ---------------------------------
+
+SCHEMA_WAIT_QUIET_SECONDS = 5.0
+MIGRATE_HINT = "run `qw migrate` (or start `queue-orchestrator`, which applies migrations)"
+_WAIT_CURES = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "too many clients",
+    "remaining connection slots",
+)
+_LOGIN_REFUSED = ("password authentication failed", "authentication failed", "no pg_hba.conf entry", "role ", "password")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    for prefix in ("connection failed: ", "connection is bad: "):
+        text = text.removeprefix(prefix)
+    return text.split("Is the server running", 1)[0].strip() or type(exc).__name__
+
+
+def _redact(text: str, dsn: str) -> str:
+    """libpq echoes a malformed DSN back: keep its password out of logs and terminals."""
+    for secret in re.findall(r"[^:/@\s]*:([^@\s/]+)@", dsn) + re.findall(r"password\s*=\s*(\S+)", dsn):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _dsn_source(url: str | None) -> str:
+    """The variable the user sets to fix the DSN: QW_DATABASE_URL, or the app's `db_url_env`."""
+    try:
+        cfg = config.current()
+        if url is None or url == cfg.database_url():
+            return cfg.db_url_env
+    except ConfigError:
+        pass
+    return "the database URL"
+
+
+def _parse_dsn(url: str) -> tuple[dict[str, Any], str]:
+    """The DSN's parameters, and what is wrong with it ('' when nothing)."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        return {}, _redact(_one_line(exc), url)
+    port = str(params.get("port") or "5432")
+    bad_port = not all(p.strip().isdigit() for p in port.split(","))
+    return params, f"port {port!r} is not a number" if bad_port else ""
+
+
+def connect_error(exc: BaseException, *, url: str | None = None) -> QueueWorkflowsError:
+    """The one-line error, naming cause and fix, for a failure to connect to Postgres.
+
+    ConfigError when only a configuration change cures it (malformed DSN, missing database,
+    refused login: exit 2); DatabaseUnreachableError when waiting may (Postgres not listening
+    yet, starting up, out of slots: exit 1). libpq gives no SQLSTATE before the session
+    exists, so the server's FATAL text is what tells them apart.
+    """
+    source = _dsn_source(url)
+    try:
+        dsn = url or config.current().database_url()
+    except ConfigError as err:
+        return err
+    params, malformed = _parse_dsn(dsn)
+    if malformed:
+        return ConfigError(
+            f"{source}: not a valid Postgres DSN ({malformed}); "
+            "use postgresql://user:password@host:5432/dbname"
+        )
+    if not isinstance(exc, psycopg.OperationalError):
+        return QueueWorkflowsError(_one_line(exc))  # not a connect-time failure
+    host = str(params.get("host") or params.get("hostaddr") or "")
+    where = f"{host}:{params.get('port') or 5432}" if host and not host.startswith("/") else f"socket {host or '(default)'}"
+    dbname = str(params.get("dbname") or params.get("user") or "postgres")
+    text = _one_line(exc)
+    fatal = text.split("FATAL:", 1)[1].strip() if "FATAL:" in text else ""
+    lowered = fatal.lower()
+    if fatal and "database" in lowered and "does not exist" in lowered:
+        return ConfigError(
+            f"{source}: database {dbname!r} does not exist on {where}; create it "
+            f"(createdb {dbname}) or point {source} at an existing database"
+        )
+    if fatal and not any(cure in lowered for cure in _WAIT_CURES):
+        kind = "refused the login" if any(word in lowered for word in _LOGIN_REFUSED) else "refused the connection"
+        return ConfigError(f"{source}: Postgres at {where} {kind} ({fatal}); fix the user/password or database in {source}")
+    return DatabaseUnreachableError(f"cannot reach Postgres at {where} ({fatal or text}); start it, or fix {source}")
+
+
+def check_database(*, url: str | None = None, schema: bool = True) -> int:
+    """Connect once, and with `schema` require this package's migrations; returns the schema version.
+
+    One-shot tools call this first, so a bad DSN or an unmigrated database is one clear line
+    rather than a pool timeout or an UndefinedTable traceback.
+    """
+    try:
+        with connect(autocommit=True, url=url) as conn:
+            version = schema_version(conn)
+    except psycopg.Error as exc:
+        raise connect_error(exc, url=url) from None
+    wanted = latest_version()
+    if schema and version < wanted:
+        raise ConfigError(f"database is at schema version {version}, this package needs {wanted}; {MIGRATE_HINT}")
+    return version

@@ -37,3 +37,7 @@ class SchemaNotReadyError(QueueWorkflowsError, TimeoutError):
 
 class MigrationError(QueueWorkflowsError, RuntimeError):
     """The migration chain on disk or in the ledger is inconsistent."""
+
+
+class DatabaseUnreachableError(QueueWorkflowsError, ConnectionError):
+    """Postgres did not answer (not up yet, wrong host, out of slots); waiting may cure it."""

@@ -1,7 +1,8 @@
-"""`qw dev`: orchestrator + one worker per queue for the demo app, on one machine.
+"""`qw dev`: orchestrator + one worker per queue for the app (the demo by default), on one machine.
 
-Uses QW_DATABASE_URL, or starts an embedded Postgres under QW_DATA_DIR when unset.
-Enqueues demo work, shows it completing, and keeps serving until Ctrl-C.
+Uses QW_DATABASE_URL, or starts an embedded Postgres under QW_DATA_DIR when unset and prints
+its DSN so `qw status` can watch from another terminal. For the demo it enqueues work and
+shows it completing; either way it keeps serving until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +20,12 @@ from typing import Any
 from psycopg import sql
 
 import queue_workflows
-from queue_workflows import db, node_queue
+from queue_workflows import app_loader, db
+from queue_workflows.settings import load_settings
 
-from .runtime import setup_logging, stop_on_signals
+from .cli import status_data
+from .runtime import on_stop_signals, setup_logging
+from .tables import print_table, status_table
 
 log = logging.getLogger("queue_workflows.dev")
 
@@ -93,51 +98,41 @@ def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
     return totals
 
 
-def run(*, jobs: int, exit_when_done: bool, timeout: float) -> int:
+def _announce_database(url: str, embedded: bool) -> None:
+    if embedded:
+        print(f"qw dev: embedded Postgres at {url}", flush=True)
+        print(f"qw dev: from another terminal: QW_DATABASE_URL='{url}' qw status", flush=True)
+    else:
+        print("qw dev: using the database in QW_DATABASE_URL", flush=True)
+
+
+def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = None) -> int:
+    """Serve `app` (default: the demo, whose jobs it enqueues and watches) until Ctrl-C."""
     setup_logging("qw-dev")
-    settings = queue_workflows.Settings()
+    settings = load_settings()
+    app = app or settings.app or DEMO_APP
     url, server = _database_url(settings.data_dir)
-    env = dict(os.environ, QW_DATABASE_URL=url)
-    env.setdefault("QW_APP", DEMO_APP)
-    os.environ.update(QW_DATABASE_URL=url, QW_APP=env["QW_APP"])
-    config = queue_workflows.configure()
+    os.environ.update(QW_DATABASE_URL=url, QW_APP=app)
+    env = dict(os.environ)
+    queue_workflows.config.reset()  # the environment changed under the settings read above
+    config = app_loader.load_app(app).config
+    _announce_database(url, embedded=server is not None)
 
     supervisor = Supervisor(env, grace=config.settings.shutdown_grace_seconds + 5)
-    stopping = stop_on_signals(lambda: None)
+    stopping = on_stop_signals(lambda: None)
     supervisor.add("orchestrator", "qw_services.orchestrator")
     queues = ["cpu", *sorted(config.settings.ingest_queues)]
     for queue in queues:
         supervisor.add(f"worker-{queue}", "qw_services.worker", f"--queue={queue}")
     try:
-        db.wait_for_schema(timeout=60)
-        import qw_demo
-
-        started = time.monotonic()
-        job_ids = qw_demo.enqueue_demo(jobs, queues=sorted(config.settings.ingest_queues))
-        total = sum(len(ids) for ids in job_ids.values())
-        print(f"qw dev: enqueued {total} demo jobs on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
-        finished = False
-        while not stopping.is_set():
-            supervisor.check()
-            totals = _demo_totals(job_ids)
-            done = totals["completed"] + totals["failed"]
-            if not finished:
-                print(
-                    f"qw dev: {done}/{total} done  (queued {totals['queued']}, running {totals['running']}, "
-                    f"completed {totals['completed']}, failed {totals['failed']})",
-                    flush=True,
-                )
-            if done == total and not finished:
-                finished = True
-                queues_now = {**node_queue.snapshot()["queues"], **node_queue.ingest_snapshot()["queues"]}
-                print(f"qw dev: demo finished in {time.monotonic() - started:.1f}s: {queues_now}", flush=True)
-                if exit_when_done:
-                    break
-            if not finished and time.monotonic() - started > timeout:
-                print(f"qw dev: demo did not finish within {timeout:.0f}s", flush=True)
-                return 1
-            stopping.wait(1.0)
-        return 0 if finished or stopping.is_set() else 1
+        db.wait_for_schema(timeout=60, stop=stopping)
+        if app != DEMO_APP:
+            print(f"qw dev: serving {app} on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
+            while not stopping.is_set():
+                supervisor.check()
+                stopping.wait(1.0)
+            return 0
+        return _run_demo(supervisor, stopping, queues, jobs=jobs, exit_when_done=exit_when_done, timeout=timeout)
     finally:
         print("qw dev: stopping workers and orchestrator", flush=True)
         supervisor.stop_all()
@@ -145,3 +140,39 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float) -> int:
         if server is not None:
             print("qw dev: stopping embedded Postgres", flush=True)
             server._cleanup()  # stop now rather than at interpreter exit
+
+
+def _run_demo(
+    supervisor: Supervisor, stopping: threading.Event, queues: list[str], *, jobs: int, exit_when_done: bool, timeout: float
+) -> int:
+    """Enqueue the demo's jobs, show them completing, then keep serving (or stop when asked to)."""
+    import qw_demo
+
+    if stopping.is_set():
+        return 0
+    started = time.monotonic()
+    job_ids = qw_demo.enqueue_demo(jobs, queues=[q for q in queues if q != "cpu"])
+    total = sum(len(ids) for ids in job_ids.values())
+    print(f"qw dev: enqueued {total} demo jobs on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
+    finished = False
+    while not stopping.is_set():
+        supervisor.check()
+        totals = _demo_totals(job_ids)
+        done = totals["completed"] + totals["failed"]
+        if not finished:
+            print(
+                f"qw dev: {done}/{total} done  (queued {totals['queued']}, running {totals['running']}, "
+                f"completed {totals['completed']}, failed {totals['failed']})",
+                flush=True,
+            )
+        if done == total and not finished:
+            finished = True
+            print(f"qw dev: demo finished in {time.monotonic() - started:.1f}s:", flush=True)
+            print_table(status_table(status_data()))
+            if exit_when_done:
+                break
+        if not finished and time.monotonic() - started > timeout:
+            print(f"qw dev: demo did not finish within {timeout:.0f}s", flush=True)
+            return 1
+        stopping.wait(1.0)
+    return 0 if finished or stopping.is_set() else 1

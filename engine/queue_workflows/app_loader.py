@@ -1,0 +1,176 @@
+"""Starting a tool as the application configured it: the one path every entry point takes.
+
+`queue-claim-worker`, `queue-orchestrator`, `qw` and `claim_worker.main()` import the
+application module (`--app`, else QW_APP) *before* reading settings, so whatever its
+`configure()` set (`db_url_env`, `ingest_queues`, ...) applies; then they read
+`config.current()`, which keeps that configuration instead of replacing it. A problem the
+user must fix is one line on stderr and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from . import config, db, tasks
+from .config import EngineConfig
+from .errors import (
+    ConfigError,
+    DatabaseUnreachableError,
+    InvalidNameError,
+    MigrationError,
+    QueueWorkflowsError,
+    ReservedQueueError,
+    SchemaNotReadyError,
+    UnknownQueueError,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s[%(process)d] %(name)s: %(message)s"
+EXIT_USAGE = 2
+"""What the user must fix: a setting, the DSN, the database, the schema, a queue name."""
+EXIT_FAILED = 1
+"""What may pass on its own: Postgres unreachable, or another engine error."""
+
+_MUST_FIX = (ConfigError, InvalidNameError, UnknownQueueError, ReservedQueueError, MigrationError)
+
+# The head of the queue, as the claim index orders it: bounded, however deep the queue.
+_HEAD_TASK_NAMES = (
+    "SELECT DISTINCT task_name FROM (SELECT task_name FROM ingest_jobs WHERE queue = %s AND status = 'queued' "
+    "ORDER BY priority DESC, id LIMIT 1000) head"
+)
+
+
+@dataclass(frozen=True)
+class LoadedApp:
+    config: EngineConfig
+    app: str | None
+    """The application module imported, if any (for messages that name QW_APP)."""
+
+
+def ensure_cwd_on_path() -> None:
+    """Put the working directory on sys.path, as `python -m` does, so `QW_APP=myapp.tasks` imports from the app's folder."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def import_app(module: str | None) -> None:
+    """Import the host application module that registers its tasks (and may call `configure()`)."""
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"QW_APP/--app: cannot import application module {module!r} ({exc}); run from the folder "
+            "that contains it or add that folder to PYTHONPATH"
+        ) from None
+
+
+def app_module(explicit: str | None = None) -> str | None:
+    """`--app`, else QW_APP from the environment, `.env` or secrets (or an earlier `configure(app=...)`)."""
+    if explicit:
+        return explicit
+    try:
+        return config.current().settings.app
+    except ConfigError:
+        # A bad setting may be one the app's own configure() overrides: report it only after the import.
+        return os.environ.get("QW_APP") or None
+
+
+def load_app(explicit: str | None = None) -> LoadedApp:
+    """Import the app first, then read the configuration it left (database URL checked)."""
+    ensure_cwd_on_path()
+    module = app_module(explicit)
+    import_app(module)
+    cfg = config.current()
+    cfg.database_url()
+    return LoadedApp(cfg, module)
+
+
+def ensure_logging(level: str = "INFO") -> None:
+    """Log somewhere useful (stderr) unless the host process already set logging up."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+
+
+def on_stop_signals(callback: Callable[[], None]) -> threading.Event:
+    """Run `callback` on SIGTERM/SIGINT (main thread only); the event is set once one arrived."""
+    received = threading.Event()
+
+    def _handler(signum: int, _frame: object) -> None:
+        received.set()
+        callback()
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _handler)
+    return received
+
+
+def failure(exc: BaseException) -> tuple[int, str] | None:
+    """(exit code, one line) for an error a tool reports without a traceback; None for a bug."""
+    if isinstance(exc, SchemaNotReadyError):
+        unreachable = isinstance(exc.__cause__, DatabaseUnreachableError)
+        return (EXIT_FAILED if unreachable else EXIT_USAGE), str(exc)
+    if isinstance(exc, _MUST_FIX):
+        return EXIT_USAGE, str(exc)
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return EXIT_USAGE, f"{str(exc).strip().splitlines()[0]}; the schema is missing: {db.MIGRATE_HINT}"
+    if isinstance(exc, psycopg.Error):
+        return failure(db.connect_error(exc))
+    if isinstance(exc, QueueWorkflowsError):
+        return EXIT_FAILED, str(exc)
+    return None
+
+
+def run_tool(body: Callable[[], int]) -> int:
+    """Run a tool's body; known problems become `error: <one line>` on stderr and an exit code."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        known = failure(exc)
+        if known is None:
+            raise
+        code, message = known
+        print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        return code
+
+
+def warn_unrunnable_jobs(queue: str, loaded: LoadedApp) -> list[str]:
+    """Warn at start when jobs on an ingest `queue` would burn their attempts on UnknownTaskError.
+
+    One bounded query: the task names at the head of the queue that this process has not
+    registered. Returns the warnings logged (for tests and callers that print them).
+    """
+    registered = tasks.registered_task_names()
+    where = f"QW_APP={loaded.app}" if loaded.app else "QW_APP is not set"
+    found = []
+    if not registered:
+        found.append(
+            f"no ingest task is registered ({where}): every job on queue {queue!r} will fail with "
+            "UnknownTaskError; set QW_APP (or --app) to the module that calls register_ingest_task"
+        )
+    with db.connect(autocommit=True, url=loaded.config.database_url()) as conn:
+        named = {row["task_name"] for row in conn.execute(_HEAD_TASK_NAMES, (queue,))}
+    unknown = sorted(named - registered)
+    if unknown:
+        found.append(
+            f"queued jobs on {queue!r} name task(s) not registered here: {', '.join(unknown)} "
+            f"(registered: {', '.join(sorted(registered)) or 'none'}; {where}); they will fail with UnknownTaskError"
+        )
+    for warning in found:
+        log.warning("%s", warning)
+    return found

@@ -1,0 +1,32 @@
+"""Terminal tables (rich) for `qw status` and the `qw dev` summary."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+STATUS_COLUMNS = ("scheduled", "queued", "running", "completed", "failed", "workers")
+
+
+def status_table(families: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Table:
+    """One row per (family, queue): job counts by status and live workers."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("family", no_wrap=True)
+    table.add_column("queue", no_wrap=True)
+    for column in STATUS_COLUMNS:
+        table.add_column(column, justify="right", no_wrap=True)
+    for family, queues in families.items():
+        for queue, counts in queues.items():
+            table.add_row(family, queue, *(str(counts.get(column, 0)) for column in STATUS_COLUMNS))
+    return table
+
+
+def print_table(table: Table) -> None:
+    """Print to stdout; when piped, wide enough that no column is cut (rich assumes 80)."""
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
+    console.print(table)
