@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import config, db, tasks, testing
+from queue_workflows import config, db, schedule, tasks, testing
 
 import qw_test_app
 from procs import PrivatePostgres, Procs
@@ -29,7 +29,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "app_migrations"
 APP_VERSION_TABLE = "test_app_schema_version"
 TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
-TRUNCATE = "TRUNCATE ingest_jobs, workflow_node_jobs, workflow_runs, worker_heartbeats, worker_controls, job_events, test_executions RESTART IDENTITY CASCADE"
+TRUNCATE = "TRUNCATE ingest_jobs, workflow_node_jobs, workflow_runs, worker_heartbeats, worker_controls, job_events, schedule_slots, test_executions RESTART IDENTITY CASCADE"
 DOCKER_IMAGE = os.environ.get("QW_TEST_PG_IMAGE", "postgres:16-alpine")
 
 
@@ -90,9 +90,11 @@ def session_database_url(pg_server_url: str) -> Iterator[str]:
 def _fresh_engine_state() -> Iterator[None]:
     config.reset()
     tasks.clear_ingest_tasks()
+    schedule.clear_ingest_schedule()
     yield
     config.reset()
     tasks.clear_ingest_tasks()
+    schedule.clear_ingest_schedule()
 
 
 @pytest.fixture

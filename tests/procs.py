@@ -58,6 +58,9 @@ class Procs:
     def orchestrator(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
         return self._spawn("orchestrator", [sys.executable, "-m", "qw_services.orchestrator"], env)
 
+    def scheduler(self, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
+        return self._spawn("scheduler", [sys.executable, "-m", "queue_workflows.scheduler", *extra], env)
+
     def logs(self) -> str:
         parts = []
         for proc in self.started:

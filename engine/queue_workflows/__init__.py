@@ -24,6 +24,7 @@ from .errors import (
 from .settings import Settings
 from .control.throttle import MemoryReadings, set_memory_probe
 from .progress import report_progress
+from .schedule import ScheduleEntry, set_ingest_schedule
 from .tasks import register_ingest_task
 
 __version__ = "0.1.0"
@@ -38,6 +39,7 @@ __all__ = [
     "MigrationError",
     "QueueWorkflowsError",
     "ReservedQueueError",
+    "ScheduleEntry",
     "SchemaNotReadyError",
     "Settings",
     "UnknownQueueError",
@@ -50,6 +52,7 @@ __all__ = [
     "reclaim",
     "register_ingest_task",
     "report_progress",
+    "set_ingest_schedule",
     "set_memory_probe",
     "worker_control",
 ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import socket
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -18,6 +20,14 @@ RESERVED_QUEUES = frozenset({"cpu", "gpu"})
 QUEUE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 SECRETS_DIR = "/run/secrets"
+
+
+def iana_zone(name: object) -> ZoneInfo:
+    """The IANA time zone `name`; ValueError naming it when it is not one."""
+    try:
+        return ZoneInfo(name)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - ZoneInfoNotFoundError, ValueError/TypeError for a non-key
+        raise ValueError(f"{name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
 
 
 def _default_host_label() -> str:
@@ -72,6 +82,14 @@ class Settings(BaseSettings):
     swap_resume_percent: float = Field(default=60.0, gt=0, le=100)
     memory_check_seconds: float = Field(default=5.0, gt=0)
 
+    schedule_timezone: str = Field(default="UTC", description="IANA zone the schedule's minutes and hours are read in")
+    schedule_misfire_grace_seconds: float = Field(default=60.0, gt=0)
+    schedule_boot_window_seconds: float = Field(default=300.0, ge=0)
+    schedule_keep_days: int = Field(default=30, ge=1)
+    # Test-only: the scheduler's clock runs `scale` times faster than the database's, from `origin`.
+    schedule_time_scale: float = Field(default=1.0, gt=0, le=86400)
+    schedule_time_origin: datetime | None = None
+
     pool_max_size: int = Field(default=4, ge=1, le=100)
     data_dir: Path = Path(".qw")
 
@@ -101,6 +119,17 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is not a valid host label (letters, digits, '.', '_', '-'; max 63)")
         return value
 
+    @field_validator("schedule_timezone")
+    @classmethod
+    def _check_timezone(cls, value: str) -> str:
+        iana_zone(value)
+        return value
+
+    @field_validator("schedule_time_origin")
+    @classmethod
+    def _aware_origin(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
     @model_validator(mode="after")
     def _check_lease(self) -> "Settings":
         if self.lease_renew_seconds >= self.lease_seconds:
@@ -112,6 +141,8 @@ class Settings(BaseSettings):
             high, low = getattr(self, f"{kind}_throttle_percent"), getattr(self, f"{kind}_resume_percent")
             if low >= high:
                 raise ValueError(f"{kind}_resume_percent ({low:g}) must be below {kind}_throttle_percent ({high:g}), or the throttle flaps")
+        if self.schedule_time_scale != 1.0 and self.schedule_time_origin is None:
+            raise ValueError("schedule_time_scale (test-only) needs schedule_time_origin, the instant both clocks agree on")
         return self
 
 

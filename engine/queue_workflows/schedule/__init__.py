@@ -1,0 +1,30 @@
+"""The scheduler, by responsibility: entries and the schedule (`entries`), pure slot math
+(`slots`), the database clock (`clock`), the slot ledger (`store`), the loop (`ticker`), the
+process (`service`) and the listing (`status`). `queue_workflows.scheduler` is the public face.
+"""
+
+from __future__ import annotations
+
+from .entries import InvalidScheduleError, ScheduleEntry, clear_ingest_schedule, ingest_schedule, set_ingest_schedule
+from .service import main, run, run_once
+from .slots import Fire, Slots, decide
+from .status import schedule_status
+from .store import SlotStore
+from .ticker import Ticker
+
+__all__ = [
+    "Fire",
+    "InvalidScheduleError",
+    "ScheduleEntry",
+    "SlotStore",
+    "Slots",
+    "Ticker",
+    "clear_ingest_schedule",
+    "decide",
+    "ingest_schedule",
+    "main",
+    "run",
+    "run_once",
+    "schedule_status",
+    "set_ingest_schedule",
+]

@@ -1,0 +1,146 @@
+"""Invariant: each schedule slot is enqueued exactly once, however many scheduler replicas run.
+
+The `(entry_name, slot_time)` primary key of `schedule_slots` is written in the same
+transaction as the job; a replica enqueues only when its row landed. The multi-process tests
+run real `python -m queue_workflows.scheduler` processes on a compressed clock
+(QW_SCHEDULE_TIME_SCALE: one scheduled minute every few real seconds, from a shared
+QW_SCHEDULE_TIME_ORIGIN) with the every-minute schedule of `tests/qw_sched_app.py`.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import queue_workflows
+from queue_workflows.schedule import ScheduleEntry, SlotStore
+from queue_workflows.schedule.slots import Fire
+
+from procs import query, service_env, wait_exit, wait_for_log, wait_until
+
+MINUTE = timedelta(minutes=1)
+
+
+def scaled_env(url: str, scale: int) -> dict[str, str]:
+    origin = query(url, "SELECT clock_timestamp() AS now")[0]["now"]
+    return service_env(url, QW_APP="qw_sched_app", QW_SCHEDULE_TIME_SCALE=str(scale), QW_SCHEDULE_TIME_ORIGIN=origin.isoformat())
+
+
+def slots(url: str, entry: str) -> list[dict]:
+    return query(url, "SELECT * FROM schedule_slots WHERE entry_name = %s ORDER BY slot_time", (entry,))
+
+
+def wait_slots(url: str, entry: str, count: int, *, timeout: float) -> list[dict]:
+    return wait_until(lambda: (rows := slots(url, entry)) and len(rows) >= count and rows, timeout=timeout, interval=0.1, what=f"{count} slots of {entry}")
+
+
+def assert_each_slot_once_with_its_job(url: str) -> None:
+    rows = query(url, "SELECT s.*, j.reason, j.task_name AS job_task FROM schedule_slots s LEFT JOIN ingest_jobs j ON j.id = s.job_id ORDER BY s.slot_time")
+    jobs = query(url, "SELECT reason, count(*) AS n FROM ingest_jobs GROUP BY reason")
+    assert all(r["job_id"] is not None and r["job_task"] == r["task_name"] for r in rows), "every slot row has its job"
+    assert all(j["n"] == 1 for j in jobs), f"a slot enqueued twice: {[j for j in jobs if j['n'] > 1]}"
+    assert len(jobs) == len(rows), "every job has its slot row"
+    for r in rows:
+        assert r["reason"].startswith(f"schedule {r['entry_name']}@{r['slot_time'].astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S}Z")
+
+
+def minutes_between(rows: list[dict]) -> list[int]:
+    times = [r["slot_time"] for r in rows]
+    return [round((b - a) / MINUTE) for a, b in zip(times, times[1:])]
+
+
+@pytest.mark.multiprocess
+def test_two_replicas_enqueue_each_slot_once_through_a_kill_9(database_url, procs):
+    env = scaled_env(database_url, scale=20)  # a scheduled minute every 3 real seconds
+    a, b = procs.scheduler(env), procs.scheduler(env)
+    for p in (a, b):
+        wait_for_log(p, "scheduler running", timeout=30)
+    first = wait_slots(database_url, "each-minute", 4, timeout=60)
+    a.send_signal(signal.SIGKILL)
+    assert a.wait(timeout=10) == -signal.SIGKILL
+    killed_at = first[-1]["slot_time"]
+    wait_slots(database_url, "each-minute", len(first) + 4, timeout=60)
+    b.send_signal(signal.SIGTERM)
+    assert wait_exit(b, 10, procs) == 0, procs.logs()
+
+    assert_each_slot_once_with_its_job(database_url)
+    for entry in ("each-minute", "each-minute-skip"):
+        rows = slots(database_url, entry)
+        assert minutes_between(rows) == [1] * (len(rows) - 1), f"{entry}: a slot missed or repeated: {[r['slot_time'] for r in rows]}"
+        after_kill = {r["enqueued_by"].rsplit(":", 1)[1] for r in rows if r["slot_time"] > killed_at + MINUTE}
+        assert after_kill == {str(b.pid)}, "only the survivor enqueues after the kill"
+    boots = query(database_url, "SELECT * FROM schedule_slots WHERE kind = 'boot'")
+    assert [r["entry_name"] for r in boots] == ["boot-kick"], "two replicas booting together kick once"
+
+
+@pytest.mark.multiprocess
+def test_catch_up_policies_after_an_outage_of_every_replica(database_url, procs):
+    env = scaled_env(database_url, scale=30)  # a scheduled minute every 2 real seconds
+    p = procs.scheduler(env)
+    wait_for_log(p, "scheduler running", timeout=30)
+    before = wait_slots(database_url, "each-minute", 2, timeout=30)
+    p.send_signal(signal.SIGTERM)
+    assert wait_exit(p, 10, procs) == 0
+    down_from = max(r["slot_time"] for r in slots(database_url, "each-minute") + slots(database_url, "each-minute-skip"))
+    time.sleep(10)  # five scheduled minutes with no scheduler
+    p = procs.scheduler(env)
+    wait_for_log(p, "scheduler running", timeout=30)
+    wait_slots(database_url, "each-minute", len(before) + 7, timeout=60)
+    p.send_signal(signal.SIGTERM)
+    assert wait_exit(p, 10, procs) == 0
+
+    assert_each_slot_once_with_its_job(database_url)
+    latest, skip = slots(database_url, "each-minute"), slots(database_url, "each-minute-skip")
+    for rows in (latest, skip):
+        gaps = [g for g in minutes_between(rows) if g != 1]
+        assert len(gaps) == 1 and gaps[0] >= 3, f"one outage gap, no burst: {minutes_between(rows)}"
+    in_gap = [r for r in latest if r["slot_time"] > down_from and r["kind"] == "catch_up"]
+    first_back = next(r for r in latest if r["slot_time"] > down_from)
+    assert first_back["kind"] in ("catch_up", "slot") and len(in_gap) <= 1, "latest: the most recent missed slot, once"
+    assert not [r for r in skip if r["kind"] == "catch_up"], "skip: missed slots are never run late"
+    first_skip_back = next(r for r in skip if r["slot_time"] > down_from)
+    assert first_skip_back["slot_time"] >= first_back["slot_time"]
+    assert len([r for r in query(database_url, "SELECT * FROM schedule_slots WHERE kind = 'boot'")]) == 2, "each start kicks (they are 10 s apart)"
+
+
+@pytest.mark.multiprocess
+def test_sigterm_ends_a_sleeping_scheduler_at_once(database_url, procs):
+    p = procs.scheduler(service_env(database_url, QW_APP="qw_sched_app"))  # real clock: sleeping up to a minute
+    wait_for_log(p, "scheduler running", timeout=30)
+    time.sleep(0.5)
+    began = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert wait_exit(p, 10, procs) == 0
+    assert time.monotonic() - began < 2.0
+
+
+def test_replicas_racing_on_one_slot_enqueue_it_once(database_url):
+    queue_workflows.register_ingest_task("noop", lambda reason: {})
+    entry = ScheduleEntry.cron("* * * * *", "race", "noop", "fetch")
+    slot = Fire(datetime(2024, 5, 1, 12, 37, tzinfo=timezone.utc), "slot")
+    boot = Fire(datetime(2024, 5, 1, 12, 0, 1, tzinfo=timezone.utc), "boot")
+    barrier = threading.Barrier(8)
+    results: list[object] = []
+
+    def replica(n: int) -> None:
+        store = SlotStore(replica=f"r{n}")
+        try:
+            barrier.wait()
+            results.append(store.fire(entry, slot))
+            results.append(store.boot(entry, Fire(boot.slot + timedelta(seconds=n), "boot"), 300))
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=replica, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sum(r is not None for r in results) == 2, "one slot job and one boot kick among 8 replicas"
+    rows = query(database_url, "SELECT kind, count(*) AS n FROM schedule_slots GROUP BY kind ORDER BY kind")
+    assert [(r["kind"], r["n"]) for r in rows] == [("boot", 1), ("slot", 1)]
+    assert query(database_url, "SELECT count(*) AS n FROM ingest_jobs")[0]["n"] == 2
