@@ -7,21 +7,35 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from queue_workflows import app_loader, db, node_queue
+from queue_workflows import admin, app_loader, db, node_queue
 
+from . import ops
 from .tables import print_table, status_table
 
 
 def status_data() -> dict[str, Any]:
-    return {"node": node_queue.snapshot()["queues"], "ingest": node_queue.ingest_snapshot()["queues"]}
+    """Counts per queue (by family), the age of each queue's oldest queued job, and every worker."""
+    return {
+        "node": node_queue.snapshot()["queues"],
+        "ingest": node_queue.ingest_snapshot()["queues"],
+        "oldest_queued_s": {r["queue"]: r["oldest_queued_s"] for r in admin.queue_overview()},
+        "workers": admin.worker_list(),
+    }
 
 
 def _status(as_json: bool) -> int:
     data = status_data()
     if as_json:
-        print(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        print_table(status_table(data))
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return 0
+    print_table(status_table({"node": data["node"], "ingest": data["ingest"]}))
+    print_table(ops.queues_table(admin.queue_overview()))
+    if data["workers"]:
+        print_table(ops.workers_table(data["workers"]))
+    for w in data["workers"]:
+        if w["last_flagged_dead_at"]:
+            print(f"DEAD WORKER? {w['worker_id']} (host {w['host_label']}, queue {w['queue']}, pid {w['pid']}): "
+                  f"no heartbeat for {w['last_seen_s']:.0f}s while owning a running job; restart it on {w['host_label']}")
     return 0
 
 
@@ -47,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--timeout", type=float, default=300.0, help="give up if the demo has not finished by then")
     migrate = sub.add_parser("migrate", parents=[app_too], help="apply the migration chain (or --to VERSION to downgrade)")
     migrate.add_argument("--to", type=int, default=None)
-    status = sub.add_parser("status", parents=[app_too], help="queue depth and live workers per queue")
+    status = sub.add_parser("status", parents=[app_too], help="queues (depth, oldest job), workers, flagged dead workers")
     status.add_argument("--json", action="store_true")
+    ops.add_commands(sub, [app_too])
     return parser
 
 
@@ -64,9 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _command(args: argparse.Namespace) -> int:
     loaded = app_loader.load_app(args.app)
     # One connection first: a bad DSN, a missing database or schema is one line, not a pool timeout.
-    db.check_database(url=loaded.config.database_url(), schema=args.command == "status")
+    db.check_database(url=loaded.config.database_url(), schema=args.command != "migrate")
     if args.command == "migrate":
         return _migrate(args.to)
+    if args.command in ops.COMMANDS:
+        return ops.run(args, loaded.config.settings.host_label)
     return _status(args.json)
 
 

@@ -1,0 +1,184 @@
+"""The operator's `qw` subcommands: workers, jobs, one job, cancel, retry, worker on|off.
+
+Exit codes scripts can rely on: 0 done; 1 the database failed; 2 bad input or configuration;
+3 no such job, or the job is not in a state that allows the action.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import socket
+import sys
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from queue_workflows import InvalidNameError, InvalidPayloadError, admin, node_queue, worker_control
+from queue_workflows.errors import UnknownQueueError
+
+from .tables import print_table
+
+EXIT_NOT_FOUND = 3
+COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers")
+
+
+def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    workers = sub.add_parser("workers", parents=parents, help="every worker: host, queue, state, current job, last seen")
+    workers.add_argument("--json", action="store_true")
+    jobs = sub.add_parser("jobs", parents=parents, help="recent jobs, newest first")
+    jobs.add_argument("--queue", default=None)
+    jobs.add_argument("--status", default=None, choices=admin.STATUSES)
+    jobs.add_argument("--limit", type=int, default=50)
+    jobs.add_argument("--json", action="store_true")
+    job = sub.add_parser("job", parents=parents, help="one job: its row and its event history (ID, ingest:ID or node:ID)")
+    job.add_argument("ref")
+    job.add_argument("--json", action="store_true")
+    cancel = sub.add_parser("cancel", parents=parents, help="cancel a scheduled, queued or running job")
+    cancel.add_argument("ref")
+    cancel.add_argument("--reason", default=None)
+    cancel.add_argument("--json", action="store_true")
+    retry = sub.add_parser("retry", parents=parents, help="put a failed or cancelled job back with fresh attempts")
+    retry.add_argument("ref")
+    retry.add_argument("--json", action="store_true")
+    worker = sub.add_parser("worker", parents=parents, help="turn one (host, queue) worker on or off")
+    worker.add_argument("switch", choices=("on", "off"))
+    worker.add_argument("--queue", required=True)
+    worker.add_argument("--host", default=None, help="default: this host's QW_HOST_LABEL")
+    worker.add_argument("--policy", choices=worker_control.POLICIES, default="hard")
+    worker.add_argument("--reason", default=None)
+    worker.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace, host_label: str) -> int:
+    try:
+        return _run(args, host_label)
+    except admin.JobNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except (InvalidNameError, InvalidPayloadError, UnknownQueueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, host_label: str) -> int:
+    if args.command == "workers":
+        return _show(admin.worker_list(), args.json, workers_table)
+    if args.command == "jobs":
+        return _show(admin.list_jobs(args.queue, args.status, args.limit), args.json, jobs_table)
+    if args.command == "job":
+        detail = admin.job_detail(args.ref)
+        if args.json:
+            return _dump(detail)
+        print_table(job_table(detail))
+        if detail["events"]:
+            print_table(events_table(detail["events"]))
+        return 0
+    if args.command == "cancel":
+        return _one(admin.cancel_job(args.ref, reason=args.reason), args.json, "cancelled")
+    if args.command == "retry":
+        return _one(admin.retry_job(args.ref), args.json, "queued again")
+    return _switch(args, host_label)
+
+
+def _switch(args: argparse.Namespace, host_label: str) -> int:
+    if args.queue not in node_queue.NODE_QUEUES:
+        node_queue.check_ingest_queue(args.queue)
+    host = args.host or host_label
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    if args.switch == "off":
+        row = worker_control.disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
+    else:
+        row = worker_control.enable_worker(host, args.queue, requested_by=who, reason=args.reason)
+    if args.json:
+        return _dump(row)
+    policy = f" ({row['stop_policy']})" if row["desired_state"] == "off" else ""
+    print(f"{row['host_label']}/{row['queue']}: {row['desired_state'].upper()}{policy}")
+    return 0
+
+
+def _dump(data: Any) -> int:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _show(rows: list[dict[str, Any]], as_json: bool, render: Any) -> int:
+    if as_json:
+        return _dump(rows)
+    print_table(render(rows))
+    return 0
+
+
+def _one(row: dict[str, Any], as_json: bool, what: str) -> int:
+    if as_json:
+        return _dump(row)
+    print(f"job {row['id']} on {row['queue']!r}: {what}")
+    return 0
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def workers_table(rows: list[dict[str, Any]]) -> Table:
+    table = _table("host", "queue", "pid", "state", "job", "last seen", "connected", "flag")
+    for r in rows:
+        flag = "DEAD?" if r["last_flagged_dead_at"] else ""
+        table.add_row(r["host_label"], r["queue"], str(r["pid"]), r["state"], str(r["current_job_id"] or "-"),
+                      _age(r["last_seen_s"]), "yes" if r["connected"] else "no", flag)
+    return table
+
+
+def queues_table(rows: list[dict[str, Any]]) -> Table:
+    table = _table("family", "queue", "scheduled", "queued", "running", "completed", "failed", "oldest queued")
+    for r in rows:
+        table.add_row(r["family"], r["queue"], *(str(r[s]) for s in ("scheduled", "queued", "running", "completed", "failed")), _age(r["oldest_queued_s"]))
+    return table
+
+
+def jobs_table(rows: list[dict[str, Any]]) -> Table:
+    table = _table("job", "queue", "name", "status", "attempts", "created", "error")
+    for r in rows:
+        error = (r["error"] or "").strip().splitlines()[-1:] or [""]
+        table.add_row(f"{r['family']}:{r['id']}", r["queue"], r["name"], r["status"], f"{r['attempts']}/{r['max_attempts']}",
+                      _when(r["created_at"]), error[0][:80])
+    return table
+
+
+def job_table(detail: dict[str, Any]) -> Table:
+    job = detail["job"]
+    table = _table("field", "value")
+    table.add_row("job", detail["ref"])
+    for key in ("queue", "task_name", "node_name", "status", "attempts", "max_attempts", "watchdog_trips", "claimed_by",
+                "created_at", "started_at", "finished_at", "run_after", "dedup_key", "args", "inputs", "result", "context_delta", "error"):
+        if key in job and job[key] is not None:
+            value = job[key]
+            text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else _when(value) if isinstance(value, datetime) else str(value)
+            table.add_row(key, text if key != "error" else text[-2000:])
+    return table
+
+
+def events_table(events: list[dict[str, Any]]) -> Table:
+    table = _table("at", "from", "to", "attempts", "worker", "error")
+    for e in events:
+        error = (e["error"] or "").strip().splitlines()[-1:] or [""]
+        table.add_row(_when(e["at"]), e["from_status"] or "-", e["to_status"], str(e["attempts"]), e["worker_id"] or "-", error[0][:80])
+    return table

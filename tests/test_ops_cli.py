@@ -1,0 +1,83 @@
+"""`qw` for operators: readable tables by default, `--json` for scripts, exit codes scripts can use
+(0 done, 2 bad input, 3 no such job or not allowed in its state)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from qw_services import cli
+
+from queue_workflows import claim_worker, config, node_queue, register_ingest_task, worker_control
+
+
+@pytest.fixture
+def env(database_url, monkeypatch):
+    monkeypatch.setenv("QW_DATABASE_URL", database_url)
+    monkeypatch.setenv("QW_INGEST_QUEUES", "fetch,load,alpha,beta")
+    monkeypatch.setenv("QW_HOST_LABEL", "ops-box")
+    monkeypatch.delenv("QW_APP", raising=False)
+    config.reset()  # read the environment above, as the command line would
+    register_ingest_task("boom", lambda reason: (_ for _ in ()).throw(RuntimeError("disk full")))
+    return database_url
+
+
+def _json(capsys, argv):
+    assert cli.main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_jobs_job_retry_and_cancel(env, capsys):
+    job = node_queue.enqueue_ingest_job("boom", "fetch", {"n": 1}, max_attempts=1)
+    assert claim_worker.ClaimWorker("fetch", max_jobs=1).run_forever() == 0
+
+    listed = _json(capsys, ["jobs", "--status", "failed"])
+    assert [(j["family"], j["id"], j["status"]) for j in listed] == [("ingest", job["id"], "failed")]
+    assert cli.main(["jobs", "--queue", "fetch"]) == 0
+    table = capsys.readouterr().out
+    assert f"ingest:{job['id']}" in table and "RuntimeError: disk full" in table
+
+    detail = _json(capsys, ["job", f"ingest:{job['id']}"])
+    assert detail["job"]["status"] == "failed" and [e["to_status"] for e in detail["events"]] == ["failed"]
+    assert cli.main(["job", str(job["id"])]) == 0
+    shown = capsys.readouterr().out
+    assert "disk full" in shown and "running" in shown and "failed" in shown
+
+    assert _json(capsys, ["retry", str(job["id"])])["status"] == "queued"
+    assert cli.main(["retry", str(job["id"])]) == 3, "a queued job cannot be retried"
+    assert "only failed or cancelled" in capsys.readouterr().err
+    assert cli.main(["cancel", str(job["id"]), "--reason", "obsolete"]) == 0
+    assert "cancelled" in capsys.readouterr().out
+    assert cli.main(["cancel", str(job["id"])]) == 3
+    assert cli.main(["job", "ingest:424242"]) == 3
+    assert cli.main(["job", "nonsense"]) == 2
+    assert "ID, ingest:ID or node:ID" in capsys.readouterr().err
+
+
+def test_worker_on_off_and_status(env, capsys):
+    assert cli.main(["worker", "off", "--queue", "fetch", "--policy", "park"]) == 0
+    assert "ops-box/fetch: OFF (park)" in capsys.readouterr().out
+    assert worker_control.desired_state_for("ops-box", "fetch") == "off"
+    assert _json(capsys, ["worker", "on", "--queue", "fetch", "--host", "other"])["desired_state"] == "on"
+    assert cli.main(["worker", "off", "--queue", "nope"]) == 2
+    assert "unknown ingest queue" in capsys.readouterr().err
+
+    node_queue.enqueue_ingest_job("boom", "alpha")
+    data = _json(capsys, ["status"])
+    assert data["ingest"]["alpha"]["queued"] == 1 and data["oldest_queued_s"]["alpha"] >= 0
+    assert data["workers"] == []
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "oldest queued" in out and "alpha" in out
+
+
+def test_workers_table_and_dead_flag(env, conn, capsys):
+    conn.execute(
+        "INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, last_seen, last_flagged_dead_at) "
+        "VALUES ('gpu-box:gpu:77:aa', 'gpu-box', 'gpu', 77, 99999, 'busy', now() - interval '5 minutes', now())"
+    )
+    rows = _json(capsys, ["workers"])
+    assert rows[0]["worker_id"] == "gpu-box:gpu:77:aa" and rows[0]["connected"] is False
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "DEAD WORKER? gpu-box:gpu:77:aa" in out and "restart it on gpu-box" in out
