@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     ingest_queues: Annotated[frozenset[str], NoDecode] = frozenset({"fetch", "load"})
     ingest_default_budget_s: float = Field(default=3600.0, gt=0)
     node_default_budget_s: float = Field(default=3600.0, gt=0)
+    node_module_package: str | None = None  # DAG: a node's `call` is imported as "<package>.<call>" first
+    dispatch_max_attempts: int = Field(default=5, ge=1, le=1000)  # outbox: fan-out tries before the run is poison-flagged
     video_model_ids: Annotated[frozenset[str], NoDecode] = frozenset()
     video_budget_s: float = Field(default=1800.0, gt=0)
     stall_timeout_seconds: float = Field(default=120.0, gt=0)

@@ -1,0 +1,33 @@
+"""DAG workflows: definitions, the reference mini-language, the pure dispatcher, and the outbox.
+
+    from queue_workflows.dag import Workflow
+    wf = Workflow("ingest").node("fetch", "myapp.nodes.fetch").node("parse", "myapp.nodes.parse", deps=["fetch"],
+                                inputs={"html": {"$from": "fetch.html"}})
+    run_id = queue_workflows.start_run(wf, {"url": "https://example.org"})
+
+Modules: `definition` (builder and data form), `validate`, `refs`, `dispatcher` (pure DAG walk),
+`hooks` (host-injected resolvers), `store` (start_run/run_status/apply a dispatch step),
+`execute` (worker-side invoke) and `outbox` (the orchestrator's drain).
+"""
+
+from __future__ import annotations
+
+from .definition import Node, Workflow
+from .hooks import (
+    set_invoke_context,
+    set_node_module_package,
+    set_node_resolver,
+    set_workflow_provider,
+)
+from .validate import WorkflowValidationError, validate
+
+__all__ = [
+    "Node",
+    "Workflow",
+    "WorkflowValidationError",
+    "set_invoke_context",
+    "set_node_module_package",
+    "set_node_resolver",
+    "set_workflow_provider",
+    "validate",
+]

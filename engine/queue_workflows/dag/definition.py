@@ -1,0 +1,163 @@
+"""A workflow definition: the Python builder and the data form (dict / JSON / YAML), one shape.
+
+Data form::
+
+    {"name": "ingest",
+     "nodes": [
+        {"id": "fetch", "call": "myapp.nodes.fetch", "queue": "cpu", "inputs": {"url": {"$from": "url"}}},
+        {"id": "embed", "call": "myapp.nodes.embed:run", "queue": "gpu", "model": "bge-small",
+         "deps": ["fetch"], "inputs": {"text": {"$from": "fetch.text"}},
+         "skip_if": {"$eq": [{"$from": "fetch.text", "default": ""}, ""]},
+         "max_attempts": 5, "budget_seconds": 600}]}
+
+`call` names a module exposing `run(...)` ("pkg.mod") or a function ("pkg.mod:func"); the
+builder also takes the function itself. `module` is accepted as an alias of `call` (the seed's
+`node_module`). Nothing here checks the definition: `validate.validate` does, before any write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds"})
+
+
+def callable_spec(call: Any) -> Any:
+    """A function or module becomes its import string; anything else is kept for validate to judge."""
+    if isinstance(call, str) or call is None:
+        return call
+    module = getattr(call, "__module__", None)
+    qualname = getattr(call, "__qualname__", None)
+    if callable(call) and isinstance(module, str) and isinstance(qualname, str):
+        return f"{module}:{qualname}"
+    name = getattr(call, "__name__", None)
+    if isinstance(name, str) and hasattr(call, "__file__"):  # a module object
+        return name
+    return call
+
+
+@dataclass(frozen=True)
+class Node:
+    id: Any
+    call: Any
+    queue: Any = "cpu"
+    model: Any = None
+    deps: tuple[Any, ...] = ()
+    inputs: Any = field(default_factory=dict)
+    skip_if: Any = None
+    max_attempts: Any = 3
+    budget_seconds: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
+        if self.model is not None:
+            data["model"] = self.model
+        if self.skip_if is not None:
+            data["skip_if"] = self.skip_if
+        data["max_attempts"] = self.max_attempts
+        if self.budget_seconds is not None:
+            data["budget_seconds"] = self.budget_seconds
+        return data
+
+
+class Workflow:
+    """An ordered set of nodes; `node(...)` returns the workflow so calls chain."""
+
+    def __init__(self, name: str, nodes: Iterable[Node] = ()) -> None:
+        self.name = name
+        self.nodes: list[Node] = list(nodes)
+
+    def node(
+        self,
+        id: str,
+        call: str | Callable[..., Any],
+        *,
+        queue: str = "cpu",
+        model: str | None = None,
+        deps: Iterable[str] = (),
+        inputs: Mapping[str, Any] | None = None,
+        skip_if: Any = None,
+        max_attempts: int = 3,
+        budget_seconds: float | None = None,
+    ) -> Workflow:
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        self.nodes.append(
+            Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds)
+        )
+        return self
+
+    def by_id(self) -> dict[str, Node]:
+        return {n.id: n for n in self.nodes}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "nodes": [n.to_dict() for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Workflow:
+        from .validate import WorkflowValidationError
+
+        if not isinstance(data, Mapping):
+            raise WorkflowValidationError(f"a workflow must be a mapping with 'name' and 'nodes', not {type(data).__name__}")
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise WorkflowValidationError(f"workflow: 'name' must be a non-empty string, not {name!r}")
+        raw_nodes = data.get("nodes")
+        if not isinstance(raw_nodes, list):
+            raise WorkflowValidationError(f"workflow {name!r}: 'nodes' must be a list, not {type(raw_nodes).__name__}")
+        nodes = []
+        for index, raw in enumerate(raw_nodes):
+            if not isinstance(raw, Mapping):
+                raise WorkflowValidationError(f"workflow {name!r}: node #{index} must be a mapping, not {type(raw).__name__}")
+            unknown = sorted(set(raw) - NODE_KEYS)
+            label = raw.get("id", f"#{index}")
+            if unknown:
+                raise WorkflowValidationError(f"workflow {name!r}: node {label!r} has unknown key(s) {', '.join(unknown)}")
+            if "call" in raw and "module" in raw:
+                raise WorkflowValidationError(f"workflow {name!r}: node {label!r} gives both 'call' and 'module'")
+            deps = raw.get("deps", ())
+            nodes.append(
+                Node(
+                    id=raw.get("id"),
+                    call=callable_spec(raw.get("call", raw.get("module"))),
+                    queue=raw.get("queue", "cpu"),
+                    model=raw.get("model"),
+                    deps=(deps,) if isinstance(deps, str) else tuple(deps) if isinstance(deps, (list, tuple)) else (deps,),
+                    inputs=raw.get("inputs", {}),
+                    skip_if=raw.get("skip_if"),
+                    max_attempts=raw.get("max_attempts", 3),
+                    budget_seconds=raw.get("budget_seconds"),
+                )
+            )
+        return cls(name, nodes)
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> Workflow:
+        return cls.from_dict(json.loads(_text(text_or_path)))
+
+    @classmethod
+    def from_yaml(cls, text_or_path: str | Path) -> Workflow:
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - pyyaml is optional
+            raise ImportError("Workflow.from_yaml needs PyYAML (pip install pyyaml)") from exc
+        return cls.from_dict(yaml.safe_load(_text(text_or_path)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Workflow:
+        """A `.json`, `.yaml` or `.yml` file."""
+        suffix = Path(path).suffix.lower()
+        return cls.from_yaml(Path(path)) if suffix in (".yaml", ".yml") else cls.from_json(Path(path))
+
+
+def _text(text_or_path: str | Path) -> str:
+    if isinstance(text_or_path, Path):
+        return text_or_path.read_text()
+    return text_or_path
+
+
+def as_workflow(workflow: Workflow | Mapping[str, Any]) -> Workflow:
+    return workflow if isinstance(workflow, Workflow) else Workflow.from_dict(workflow)

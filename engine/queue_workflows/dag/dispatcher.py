@@ -1,0 +1,99 @@
+"""The DAG walk, pure: no database, no workers. Given a run's definition and its node states, say what happens next.
+
+A node is *ready* when every dependency is `completed` or `skipped`. A ready node is skipped
+(a `skipped` marker, never run) when its `skip_if` holds, or when it has dependencies and all of
+them were skipped (skips cascade); otherwise it is enqueued. Skips are applied in the same
+step, so a cascade resolves at once. A run completes when every node is completed or skipped,
+and fails as soon as a node has failed for good (or was cancelled): its not-yet-started
+siblings (`scheduled`/`queued`) are cancelled, running ones finish and are ignored.
+
+`advance` derives everything from the states, so applying it twice (a duplicate outbox event)
+decides nothing new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from .definition import Node, Workflow
+from .validate import topological_order
+
+DONE = frozenset({"completed", "skipped"})
+BROKEN = frozenset({"failed", "cancelled"})
+NOT_STARTED = frozenset({"scheduled", "queued"})
+
+
+@dataclass
+class Step:
+    enqueue: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    cancel: list[str] = field(default_factory=list)
+    run_status: str | None = None  # 'completed' / 'failed' when the run ends with this step
+    error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.enqueue or self.skip or self.cancel or self.run_status)
+
+
+def roots(workflow: Workflow) -> list[str]:
+    return [n.id for n in workflow.nodes if not n.deps]
+
+
+def advance(
+    workflow: Workflow,
+    states: Mapping[str, str],
+    should_skip: Callable[[Node, Mapping[str, str]], bool] = lambda node, states: False,
+    *,
+    order: list[str] | None = None,
+) -> Step:
+    """What follows from `states` (node id -> status; absent = not created yet).
+
+    `should_skip(node, states)` evaluates the node's `skip_if` (the store resolves references
+    against the run's outputs); it is called only for a ready node that has a `skip_if`.
+    """
+    nodes = workflow.by_id()
+    order = order or topological_order(workflow)
+    broken = [n for n in order if states.get(n) in BROKEN]
+    if broken:
+        first = broken[0]
+        cancel = [n for n in order if states.get(n) in NOT_STARTED]
+        return Step(cancel=cancel, run_status="failed", error=f"node {first!r} {states[first]}")
+    step = Step()
+    current = dict(states)
+    for node_id in order:  # topological: a skip decided here is seen by the dependants after it
+        if node_id in current:
+            continue
+        node = nodes[node_id]
+        dep_states = [current.get(d) for d in node.deps]
+        if not all(s in DONE for s in dep_states):
+            continue
+        cascade = bool(node.deps) and all(s == "skipped" for s in dep_states)
+        if cascade or (node.skip_if is not None and should_skip(node, current)):
+            step.skip.append(node_id)
+            current[node_id] = "skipped"
+        else:
+            step.enqueue.append(node_id)
+            current[node_id] = "queued"
+    if all(current.get(n) in DONE for n in order):
+        step.run_status = "completed"
+    return step
+
+
+def start(workflow: Workflow, should_skip: Callable[[Node, Mapping[str, str]], bool] = lambda node, states: False) -> Step:
+    """A new run's first step: its roots enqueued (or skipped)."""
+    return advance(workflow, {}, should_skip)
+
+
+def on_node_end(
+    workflow: Workflow,
+    states: Mapping[str, str],
+    node_id: str,
+    status: str,
+    should_skip: Callable[[Node, Mapping[str, str]], bool] = lambda node, states: False,
+) -> Step:
+    """The step after `node_id` ended with `status` (completed, failed or cancelled)."""
+    if node_id not in workflow.by_id():
+        raise KeyError(f"workflow {workflow.name!r} has no node {node_id!r}")
+    return advance(workflow, {**states, node_id: status}, should_skip)

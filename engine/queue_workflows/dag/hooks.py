@@ -1,0 +1,109 @@
+"""Host-injected hooks for DAG workflows, each with a safe default.
+
+- `set_workflow_provider(load_workflow, pipeline_schema=None)`: `start_run("name", ...)` asks
+  `load_workflow(name)` (or, failing that, `pipeline_schema(name)`) for the definition.
+- `set_node_module_package(pkg)` / `configure(node_module_package=pkg)`: a node's `call` is
+  imported as `"<pkg>.<call>"` first, then as written.
+- `set_node_resolver(fn)`: `fn(call)` returns the callable (or a module exposing `run`) itself.
+- `set_invoke_context(factory)`: `factory(job, run)` is a context manager around each node invoke;
+  it yields `finalize(delta) -> delta`, applied only when the node succeeded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from .. import config
+
+WorkflowLoader = Callable[[str], Any]
+NodeResolver = Callable[[str], Any]
+InvokeContext = Callable[[Mapping[str, Any], Mapping[str, Any]], AbstractContextManager[Callable[[Any], Any]]]
+
+_workflow_provider: WorkflowLoader | None = None
+_pipeline_schema: WorkflowLoader | None = None
+_node_resolver: NodeResolver | None = None
+_node_module_package: str | None = None
+_invoke_context: InvokeContext | None = None
+
+
+class UnresolvableCallableError(LookupError):
+    pass
+
+
+def set_workflow_provider(load_workflow: WorkflowLoader | None, pipeline_schema: WorkflowLoader | None = None) -> None:
+    global _workflow_provider, _pipeline_schema
+    _workflow_provider, _pipeline_schema = load_workflow, pipeline_schema
+
+
+def set_node_resolver(fn: NodeResolver | None) -> None:
+    global _node_resolver
+    _node_resolver = fn
+
+
+def set_node_module_package(package: str | None) -> None:
+    global _node_module_package
+    _node_module_package = package
+
+
+def set_invoke_context(factory: InvokeContext | None) -> None:
+    global _invoke_context
+    _invoke_context = factory
+
+
+def invoke_context() -> InvokeContext | None:
+    return _invoke_context
+
+
+def reset() -> None:
+    """Forget every hook (tests)."""
+    set_workflow_provider(None)
+    set_node_resolver(None)
+    set_node_module_package(None)
+    set_invoke_context(None)
+
+
+def load_workflow(name: str) -> Any:
+    for loader in (_workflow_provider, _pipeline_schema):
+        if loader is not None:
+            found = loader(name)
+            if found is not None:
+                return found
+    raise LookupError(f"no workflow named {name!r}: call set_workflow_provider(load_workflow) first")
+
+
+def node_module_package() -> str | None:
+    return _node_module_package or getattr(config.current().settings, "node_module_package", None)
+
+
+def resolve_callable(call: str) -> Callable[..., Any]:
+    """The function a node's `call` names; UnresolvableCallableError says what was tried."""
+    if _node_resolver is not None:
+        return _callable_of(_node_resolver(call), call, [f"set_node_resolver({call!r})"])
+    module_name, _, attr = call.partition(":")
+    package = node_module_package()
+    candidates = ([f"{package}.{module_name}"] if package and not module_name.startswith(package + ".") else []) + [module_name]
+    tried: list[str] = []
+    for candidate in candidates:
+        try:
+            module = importlib.import_module(candidate)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and not candidate.startswith(exc.name) and not exc.name.startswith(candidate):
+                raise  # the node's module exists but something it imports does not: say that, not "unresolvable"
+            tried.append(candidate)
+            continue
+        target: Any = module
+        for part in (attr or "run").split("."):
+            target = getattr(target, part, None)
+        return _callable_of(target, call, [f"{candidate}:{attr or 'run'}"])
+    raise UnresolvableCallableError(f"cannot import {call!r} (tried {', '.join(tried)})")
+
+
+def _callable_of(target: Any, call: str, tried: list[str]) -> Callable[..., Any]:
+    if target is not None and not callable(target):
+        target = getattr(target, "run", None)  # a module exposing run(...)
+    if not callable(target):
+        raise UnresolvableCallableError(f"{call!r} names nothing callable (looked for {', '.join(tried)})")
+    return target

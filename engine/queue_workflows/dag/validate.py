@@ -1,0 +1,149 @@
+"""Validate a workflow before anything is written; every error names its culprit."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import QueueWorkflowsError
+from . import refs
+from .definition import Node, Workflow, as_workflow
+
+_ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
+QUEUES = ("cpu", "gpu")
+
+
+class WorkflowValidationError(QueueWorkflowsError, ValueError):
+    """The workflow definition is invalid; the message names the node (and the cycle, for a cycle)."""
+
+
+def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True) -> Workflow:
+    """The workflow, checked: ids, queues/models, deps, cycles, references, callables (importable)."""
+    wf = as_workflow(workflow)
+    name = wf.name
+    if not wf.nodes:
+        raise WorkflowValidationError(f"workflow {name!r} has no nodes")
+    seen: set[str] = set()
+    for node in wf.nodes:
+        _check_node(name, node)
+        if node.id in seen:
+            raise WorkflowValidationError(f"workflow {name!r}: duplicate node id {node.id!r}")
+        seen.add(node.id)
+    for node in wf.nodes:
+        for dep in node.deps:
+            if dep not in seen:
+                raise WorkflowValidationError(f"workflow {name!r}: node {node.id!r} depends on unknown node {dep!r}")
+            if dep == node.id:
+                raise WorkflowValidationError(f"workflow {name!r}: cycle: {node.id} -> {node.id}")
+    cycle = find_cycle(wf)
+    if cycle:
+        raise WorkflowValidationError(f"workflow {name!r}: cycle: {' -> '.join(cycle)}")
+    for node in wf.nodes:
+        _check_refs(name, node)
+    if check_callables:
+        from .hooks import UnresolvableCallableError, resolve_callable
+
+        for node in wf.nodes:
+            try:
+                resolve_callable(node.call)
+            except UnresolvableCallableError as exc:
+                raise WorkflowValidationError(f"workflow {name!r}: node {node.id!r}: unresolvable callable: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - importing host code may raise anything
+                raise WorkflowValidationError(
+                    f"workflow {name!r}: node {node.id!r}: unresolvable callable {node.call!r}: {type(exc).__name__}: {exc}"
+                ) from None
+    return wf
+
+
+def _check_node(name: str, node: Node) -> None:
+    if not isinstance(node.id, str) or not _ID_RE.match(node.id):
+        raise WorkflowValidationError(f"workflow {name!r}: node id {node.id!r} is invalid (letters, digits, _ and -, max 128)")
+    where = f"workflow {name!r}: node {node.id!r}"
+    if isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
+        raise WorkflowValidationError(f"{where}: unresolvable callable {node.call!r} (a nested function or lambda cannot be imported)")
+    if not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call):
+        raise WorkflowValidationError(f"{where}: 'call' must be 'pkg.module' or 'pkg.module:function', not {node.call!r}")
+    if node.queue not in QUEUES:
+        raise WorkflowValidationError(f"{where}: queue must be 'cpu' or 'gpu', not {node.queue!r}")
+    if node.queue == "gpu" and not (isinstance(node.model, str) and node.model):
+        raise WorkflowValidationError(f"{where}: a gpu node needs a model (model=...)")
+    if node.queue == "cpu" and node.model is not None:
+        raise WorkflowValidationError(f"{where}: a cpu node cannot require a model (got {node.model!r}); use queue='gpu'")
+    if not all(isinstance(d, str) for d in node.deps):
+        raise WorkflowValidationError(f"{where}: deps must be node ids, not {list(node.deps)!r}")
+    if len(set(node.deps)) != len(node.deps):
+        raise WorkflowValidationError(f"{where}: a dependency is listed twice in {list(node.deps)!r}")
+    if not isinstance(node.inputs, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in node.inputs):
+        raise WorkflowValidationError(f"{where}: inputs must map parameter names to values or references")
+    ma = node.max_attempts
+    if isinstance(ma, bool) or not isinstance(ma, int) or not 1 <= ma <= 1000:
+        raise WorkflowValidationError(f"{where}: max_attempts must be an integer 1..1000, not {ma!r}")
+    b = node.budget_seconds
+    if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0):
+        raise WorkflowValidationError(f"{where}: budget_seconds must be a positive number, not {b!r}")
+
+
+def _check_refs(name: str, node: Node) -> None:
+    where = f"workflow {name!r}: node {node.id!r}"
+    try:
+        for key, expr in node.inputs.items():
+            refs.check(expr, f"{where}: input {key!r}")
+        if node.skip_if is not None:
+            refs.check(node.skip_if, f"{where}: skip_if")
+    except refs.MalformedReferenceError as exc:
+        raise WorkflowValidationError(str(exc)) from None
+
+
+def find_cycle(wf: Workflow) -> list[str] | None:
+    """One cycle as [a, b, ..., a] (following deps), or None."""
+    deps = {n.id: list(n.deps) for n in wf.nodes}
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    for start in deps:
+        if state.get(start):
+            continue
+        stack: list[tuple[str, int]] = [(start, 0)]
+        path: list[str] = [start]
+        state[start] = 1
+        while stack:
+            current, i = stack[-1]
+            if i < len(deps[current]):
+                stack[-1] = (current, i + 1)
+                nxt = deps[current][i]
+                if state.get(nxt) == 1:
+                    cycle = path[path.index(nxt):] + [nxt]
+                    return list(reversed(cycle))
+                if not state.get(nxt):
+                    state[nxt] = 1
+                    stack.append((nxt, 0))
+                    path.append(nxt)
+            else:
+                state[current] = 2
+                stack.pop()
+                path.pop()
+    return None
+
+
+def topological_order(wf: Workflow) -> list[str]:
+    """Node ids, every node after its deps (Kahn's algorithm, ties in definition order)."""
+    from collections import deque
+
+    index = {n.id: i for i, n in enumerate(wf.nodes)}
+    waiting = {n.id: len(set(n.deps)) for n in wf.nodes}
+    dependants: dict[str, list[str]] = {n.id: [] for n in wf.nodes}
+    for n in wf.nodes:
+        for d in set(n.deps):
+            dependants[d].append(n.id)
+    ready = deque(sorted((i for i, c in waiting.items() if c == 0), key=index.__getitem__))
+    order: list[str] = []
+    while ready:
+        current = ready.popleft()
+        order.append(current)
+        for nxt in sorted(dependants[current], key=index.__getitem__):
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                ready.append(nxt)
+    if len(order) != len(wf.nodes):
+        raise WorkflowValidationError(f"workflow {wf.name!r}: cycle among {sorted(set(index) - set(order))}")
+    return order

@@ -1,0 +1,7 @@
+"""The seed's public face: the pure DAG walk lives in `queue_workflows.dag.dispatcher`."""
+
+from __future__ import annotations
+
+from .dag.dispatcher import DONE, Step, advance, on_node_end, roots, start
+
+__all__ = ["DONE", "Step", "advance", "on_node_end", "roots", "start"]
