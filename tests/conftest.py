@@ -19,6 +19,7 @@ import pytest
 
 import queue_workflows
 from queue_workflows import config, db, schedule, tasks, testing
+from queue_workflows.dag import hooks as dag_hooks
 
 import qw_test_app
 from procs import PrivatePostgres, Procs
@@ -91,10 +92,12 @@ def _fresh_engine_state() -> Iterator[None]:
     config.reset()
     tasks.clear_ingest_tasks()
     schedule.clear_ingest_schedule()
+    dag_hooks.reset()
     yield
     config.reset()
     tasks.clear_ingest_tasks()
     schedule.clear_ingest_schedule()
+    dag_hooks.reset()
 
 
 @pytest.fixture

@@ -7,18 +7,11 @@ import json
 import pytest
 
 from queue_workflows.dag import Workflow, WorkflowValidationError, set_node_module_package, set_node_resolver, validate
-from queue_workflows.dag import hooks
+
 
 import qw_dag_nodes
 
 N = "qw_dag_nodes"
-
-
-@pytest.fixture(autouse=True)
-def _reset_hooks():
-    hooks.reset()
-    yield
-    hooks.reset()
 
 
 def diamond() -> Workflow:

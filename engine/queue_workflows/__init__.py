@@ -26,11 +26,22 @@ from .control.throttle import MemoryReadings, set_memory_probe
 from .progress import report_progress
 from .schedule import ScheduleEntry, set_ingest_schedule
 from .tasks import register_ingest_task
+from .dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
+from .dag.store import run_status, start_run
+from .dag.validate import WorkflowValidationError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "admin",
+    "Workflow",
+    "WorkflowValidationError",
+    "run_status",
+    "set_invoke_context",
+    "set_node_module_package",
+    "set_node_resolver",
+    "set_workflow_provider",
+    "start_run",
     "ConfigError",
     "EngineConfig",
     "InvalidNameError",

@@ -179,7 +179,8 @@ class ClaimWorker:
 
     def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
         self._job = job
-        self.beat.job_started(self.table, job["id"], budget_for(job, self.settings))
+        budget = job.get("budget_seconds") or budget_for(job, self.settings)  # a DAG node may set its own
+        self.beat.job_started(self.table, job["id"], budget)
         started = time.monotonic()
         outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
         self.jobs_done += 1

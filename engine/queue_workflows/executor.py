@@ -56,12 +56,17 @@ def run_ingest_job(job: dict[str, Any]) -> Outcome:
 def run_node_job(job: dict[str, Any]) -> Outcome:
     """Import the node's module and call `run(inputs)`; its dict return is the context delta."""
     try:
-        module_name = job["node_module"] or job["node_name"]
-        module = importlib.import_module(module_name)
-        run = getattr(module, "run", None)
-        if not callable(run):
-            raise InvalidPayloadError(f"node module {module_name!r} has no callable run(inputs)")
-        value = run(dict(job["inputs"] or {}))
+        if job.get("input_refs") is not None:  # a node of a DAG run: its callable, inputs by name
+            from .dag.execute import invoke
+
+            value = invoke(job)
+        else:
+            module_name = job["node_module"] or job["node_name"]
+            module = importlib.import_module(module_name)
+            run = getattr(module, "run", None)
+            if not callable(run):
+                raise InvalidPayloadError(f"node module {module_name!r} has no callable run(inputs)")
+            value = run(dict(job["inputs"] or {}))
         return Outcome("completed", result=_checked_result(value, f"node {job['node_name']!r}"))
     except BaseException as exc:  # noqa: BLE001 - as in run_ingest_job
         return _failure(exc)

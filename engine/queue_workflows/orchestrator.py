@@ -17,6 +17,7 @@ import psycopg
 
 from . import app_loader, db, reclaim
 from .backoff import Backoff
+from .dag.outbox import DispatchDrain
 from .errors import DatabaseUnreachableError
 
 log = logging.getLogger("queue_workflows.orchestrator")  # also when run as __main__
@@ -50,8 +51,11 @@ def run(stop_event: threading.Event) -> int:
     if not bootstrap_when_reachable(stop_event):
         return 0
     loop = reclaim.ReclaimLoop(stop_event=stop_event)
-    log.info("orchestrator running: reclaim sweep every %.2fs", loop.interval)
+    dispatch = threading.Thread(target=DispatchDrain(stop_event=stop_event).run_forever, name="qw-dispatch", daemon=True)
+    dispatch.start()  # the DAG outbox drain, woken by NOTIFY qw_dispatch
+    log.info("orchestrator running: reclaim sweep every %.2fs, DAG dispatch drain", loop.interval)
     loop.run_forever()
+    dispatch.join(timeout=5)
     log.info("orchestrator stopped (%d job(s) reclaimed)", loop.total)
     return 0
 

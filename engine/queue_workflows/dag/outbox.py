@@ -1,0 +1,123 @@
+"""The orchestrator's side of the transactional outbox: drain `workflow_dispatch_events`.
+
+Workers never fan out. A node's terminal status and its event row are committed together (a
+trigger on `workflow_node_jobs`, migration 0013, writes the row and NOTIFYs `qw_dispatch` in the
+writer's transaction, whatever path made the node terminal). This drain takes a batch of due
+events (`FOR UPDATE SKIP LOCKED`), advances each of their runs once (enqueue ready dependants,
+skip markers, finish or fail the run, cancel not-started siblings) and marks the events
+processed, all in one transaction: a crash anywhere leaves the events pending and the next drain
+redoes the work, which `dispatcher.advance` and the unique (run_id, node_name) make idempotent.
+
+A run whose fan-out raises is rolled back to a savepoint; its events are retried after an
+exponential backoff, and after `dispatch_max_attempts` they and the run are poison-flagged
+(`poisoned_at`, the error on the run) and left for an operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from .. import config, db
+from ..backoff import Backoff
+from ..payloads import clean_text
+from . import store
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "qw_dispatch"
+
+
+class DispatchDrain:
+    def __init__(
+        self,
+        *,
+        stop_event: threading.Event | None = None,
+        batch_size: int = 200,
+        max_attempts: int | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 60.0,
+        tick: float = 1.0,
+        advance: Callable[[db.Conn, int], Any] = store.advance_run,
+    ) -> None:
+        self.stop_event = stop_event or threading.Event()
+        self.batch_size = batch_size
+        self.max_attempts = max_attempts or config.current().settings.dispatch_max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.tick = tick
+        self.advance = advance
+        self.processed = 0
+        self._backoff = Backoff(initial=0.2, maximum=5.0)
+
+    def drain_once(self, conn: db.Conn) -> int:
+        """One batch, one transaction; returns how many events it took (done or rescheduled)."""
+        with conn.transaction():
+            events = conn.execute(store.q("dag_pending_events"), {"limit": self.batch_size}).fetchall()
+            by_run: dict[int, list[dict[str, Any]]] = {}
+            for event in events:
+                by_run.setdefault(event["run_id"], []).append(event)
+            done: list[int] = []
+            for run_id, run_events in by_run.items():
+                try:
+                    with conn.transaction():  # a savepoint: one run's failure does not undo the others
+                        self.advance(conn, run_id)
+                    done.extend(e["id"] for e in run_events)
+                except psycopg.OperationalError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a failing fan-out is retried, then poison-flagged
+                    self._failed(conn, run_id, run_events, exc)
+            if done:
+                conn.execute(store.q("dag_events_done"), {"ids": done})
+        self.processed += len(done)
+        return len(events)
+
+    def _failed(self, conn: db.Conn, run_id: int, events: list[dict[str, Any]], exc: Exception) -> None:
+        attempts = max(e["attempts"] for e in events) + 1
+        delay = min(self.backoff_max, self.backoff_base * 2 ** (attempts - 1))
+        error = clean_text(f"{type(exc).__name__}: {exc}")[:2000]
+        params = {"ids": [e["id"] for e in events], "error": error, "delay_seconds": delay, "max_attempts": self.max_attempts}
+        poisoned = conn.execute(store.q("dag_events_failed"), params).fetchall()
+        if poisoned:
+            log.error("run %s: dispatch POISONED after %d attempts: %s", run_id, attempts, error)
+        else:
+            log.warning("run %s: dispatch failed (attempt %d/%d, retry in %.1fs): %s", run_id, attempts, self.max_attempts, delay, error)
+
+    def _wait(self, conn: db.Conn) -> None:
+        row = conn.execute(store.q("dag_next_event_due")).fetchone()
+        due = row["due_in"] if row else None
+        wait = self.tick if due is None else max(0.0, min(self.tick, due))
+        if wait > 0:
+            for _ in conn.notifies(timeout=wait, stop_after=1):
+                pass
+
+    def run_forever(self, stop_event: threading.Event | None = None) -> None:
+        """Drain until stopped: woken by LISTEN qw_dispatch, with a `tick` safety poll; rides out outages."""
+        stop = stop_event or self.stop_event
+        url = config.current().database_url()
+        conn: db.Conn | None = None
+        while not stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = db.connect(autocommit=True, url=url)
+                    conn.execute(f"LISTEN {CHANNEL}")
+                if self.drain_once(conn) >= self.batch_size:
+                    continue
+                self._backoff.reset()
+                self._wait(conn)
+            except Exception as exc:  # noqa: BLE001 - the drain outlives any error
+                if conn is not None:
+                    conn.close()
+                conn = None
+                delay = self._backoff.next_delay()
+                if isinstance(exc, psycopg.OperationalError):
+                    log.warning("dispatch: database unavailable (%s); retrying in %.2fs", str(exc).splitlines()[0] if str(exc) else exc, delay)
+                else:
+                    log.exception("dispatch drain failed; retrying in %.2fs", delay)
+                stop.wait(delay)
+        if conn is not None:
+            conn.close()

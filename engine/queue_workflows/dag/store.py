@@ -1,0 +1,161 @@
+"""DAG runs in the database: `start_run`, `run_status`, and applying a dispatcher step to a run.
+
+Every decision comes from `dispatcher.advance` over the run's current node rows, under a lock
+on the run row, so a repeated or concurrent dispatch of one run decides nothing twice; the
+unique (run_id, node_name) backs that up at the row level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import nullcontext
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .. import config, db
+from ..errors import InvalidPayloadError
+from ..payloads import json_object
+from ..queries import parse_named_queries
+from . import dispatcher, hooks, refs
+from .definition import Workflow
+from .validate import validate
+
+TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
+
+
+@cache
+def _queries() -> dict[str, str]:
+    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("dag.sql").read_text())
+
+
+def q(name: str) -> str:
+    return _queries()[name]
+
+
+def start_run(
+    workflow: Workflow | Mapping[str, Any] | str,
+    context: Mapping[str, Any] | None = None,
+    *,
+    conn: db.Conn | None = None,
+    priority: int = 0,
+    check_callables: bool = True,
+) -> int:
+    """Validate `workflow`, insert its run and enqueue its roots, in the caller's transaction when `conn` is given.
+
+    `workflow` is a Workflow, its data form, or a name for the provider (`set_workflow_provider`).
+    Nothing is written when validation fails. Returns the run id.
+    """
+    if isinstance(workflow, str):
+        workflow = hooks.load_workflow(workflow)
+    wf = validate(workflow, check_callables=check_callables)  # type: ignore[arg-type]
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+        raise InvalidPayloadError(f"priority must be a 32-bit integer, not {priority!r}")
+    max_bytes = config.current().settings.max_payload_bytes
+    params = {
+        "workflow_name": wf.name,
+        "context": json_object(dict(context or {}), what="context", max_bytes=max_bytes),
+        "definition": Jsonb(wf.to_dict()),
+        "priority": priority,
+    }
+    with db.transaction(conn) as c:
+        # An autocommit connection gets a transaction of its own; otherwise the statements join
+        # the caller's (implicit) transaction and commit or roll back with it.
+        with c.transaction() if c.autocommit else nullcontext(), c.cursor(row_factory=dict_row) as cur:
+            run_id: int = cur.execute(q("dag_insert_run"), params).fetchone()["id"]  # type: ignore[index]
+            advance_run(c, run_id)
+    return run_id
+
+
+def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) -> refs.Scope:
+    """References see the run's context and the outputs of its completed nodes, in completion order."""
+    outputs = {r["node_name"]: r["context_delta"] or {} for r in rows if r["status"] == "completed"}
+    return refs.Scope(context=run["context"] or {}, outputs=outputs, node_ids=frozenset(wf.by_id()))
+
+
+def advance_run(conn: db.Conn, run_id: int) -> dispatcher.Step | None:
+    """Lock the run, decide its next step from its node rows, and write it. None: nothing to do here."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return _advance(cur, run_id)
+
+
+def _advance(cur: Any, run_id: int) -> dispatcher.Step | None:
+    run = cur.execute(q("dag_lock_run"), {"run_id": run_id}).fetchone()
+    if run is None or run["definition"] is None or run["status"] in TERMINAL_RUN:
+        return None
+    wf = Workflow.from_dict(run["definition"])
+    rows = cur.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
+    scope = scope_for(run, wf, rows)
+
+    def should_skip(node: Any, states: Mapping[str, str]) -> bool:
+        try:
+            return bool(refs.resolve(node.skip_if, scope))
+        except refs.Unresolved as exc:
+            raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
+
+    step = dispatcher.advance(wf, {r["node_name"]: r["status"] for r in rows}, should_skip)
+    _apply(cur, run, wf, step, scope)
+    return step
+
+
+def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope: refs.Scope) -> None:
+    nodes = wf.by_id()
+    params = []
+    for node_id, status in [(n, "queued") for n in step.enqueue] + [(n, "skipped") for n in step.skip]:
+        node = nodes[node_id]
+        inputs, late = refs.resolve_inputs(node.inputs, scope) if status == "queued" else ({}, {})
+        params.append({
+            "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
+            "status": status, "priority": run["priority"], "required_model": node.model,
+            "inputs": Jsonb(inputs), "input_refs": Jsonb(late), "max_attempts": node.max_attempts,
+            "budget_seconds": node.budget_seconds,
+        })
+    if params:
+        cur.executemany(q("dag_insert_node"), params)
+    if step.cancel:
+        reason = f"cancelled: run {run['id']} failed ({step.error})"
+        cur.execute(q("dag_cancel_nodes"), {"run_id": run["id"], "names": step.cancel, "reason": reason})
+    if step.run_status:
+        cur.execute(q("dag_finish_run"), {"run_id": run["id"], "status": step.run_status, "error": step.error})
+
+
+def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
+    """The run and every node of its definition: status ('pending' before it exists), attempts, output, error."""
+    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(q("dag_get_run"), {"run_id": run_id}).fetchone()
+        if run is None:
+            raise LookupError(f"no workflow run {run_id}")
+        rows = cur.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
+    by_name = {r["node_name"]: r for r in rows}
+    names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
+    nodes = {}
+    for name in names:
+        row = by_name.get(name)
+        nodes[name] = {
+            "status": row["status"] if row else "pending",
+            "attempts": row["attempts"] if row else 0,
+            "output": row["context_delta"] if row else None,
+            "error": row["error"] if row else None,
+            "job_id": row["id"] if row else None,
+            "queue": row["queue"] if row else None,
+        }
+    wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+    info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at")}
+    info["context"] = scope_for(run, wf, rows).merged()
+    info["nodes"] = nodes
+    return info
+
+
+def load_run_scope(run_id: int, *, url: str | None = None) -> tuple[dict[str, Any], refs.Scope]:
+    """For the worker: the run row and the scope its node's late references resolve in."""
+    with db.connect(autocommit=True, url=url) as c:
+        run = c.execute(q("dag_get_run"), {"run_id": run_id}).fetchone()
+        if run is None:
+            raise LookupError(f"no workflow run {run_id}")
+        rows = c.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
+    wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+    return run, scope_for(run, wf, rows)
+
