@@ -44,3 +44,17 @@ def boom(message: str = "boom") -> dict[str, Any]:
 
 def run(value: Any = None) -> dict[str, Any]:
     return {"value": value}
+
+
+def flaky(label: str = "flaky") -> dict[str, Any]:
+    """Fails its first attempt (recorded as `<label>_try`), succeeds on the next."""
+    url = os.environ["QW_DATABASE_URL"]
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tries = conn.execute("SELECT count(*) FROM test_executions WHERE token = %s", (f"{label}_try",)).fetchone()[0]
+        conn.execute("INSERT INTO test_executions (token, worker_pid) VALUES (%s, %s)", (f"{label}_try", os.getpid()))
+    if tries == 0:
+        raise RuntimeError("first attempt fails")
+    _record(label)
+    return {"tries": tries + 1}

@@ -1,0 +1,117 @@
+"""DAG runs on real processes: an orchestrator draining the outbox and cpu claim workers running nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+import pytest
+
+import queue_workflows
+from queue_workflows.dag import Workflow
+
+from procs import Procs, pid_of, query, service_env, wait_for_log, wait_until, wait_workers_ready
+
+pytestmark = pytest.mark.multiprocess
+
+N = "qw_dag_nodes"
+
+
+def executions(url: str) -> Counter:
+    return Counter(r["token"] for r in query(url, "SELECT token FROM test_executions"))
+
+
+def start_stack(url: str, procs: Procs, workers: int, **env_overrides: str) -> list:
+    env = service_env(url, **env_overrides)
+    orchestrator = procs.orchestrator(env)
+    started = [procs.worker(env, "cpu") for _ in range(workers)]
+    wait_workers_ready(url, started)
+    wait_for_log(orchestrator, "orchestrator running", timeout=30)
+    return started
+
+
+def wait_run(run_id: int, procs: Procs, timeout: float) -> dict:
+    def finished() -> dict | None:
+        status = queue_workflows.run_status(run_id)
+        return status if status["status"] in ("completed", "failed") else None
+
+    status = wait_until(finished, timeout=timeout, interval=0.1, what=f"run {run_id} to finish\n{procs.logs()}")
+    assert status["status"] == "completed", f"{status}\n{procs.logs()}"
+    return status
+
+
+def test_fan_out_fan_in_and_a_skip_on_two_workers_each_node_exactly_once(database_url: str, procs: Procs) -> None:
+    start_stack(database_url, procs, 2)
+    wf = Workflow("e2e").node("source", f"{N}:source", inputs={"n": 4})
+    for i in range(4):
+        wf.node(f"w{i}", f"{N}:work", deps=["source"], inputs={"item": {"$from": f"source.items.{i}"}, "label": f"w{i}", "sleep": 0.2})
+    wf.node("maybe", f"{N}:work", deps=["source"], inputs={"label": "maybe"},
+            skip_if={"$eq": [{"$from": "source.items.0.kind"}, "even"]})
+    wf.node("after_maybe", f"{N}:work", deps=["maybe"], inputs={"label": "after_maybe"})
+    wf.node("join", f"{N}:join", deps=[f"w{i}" for i in range(4)] + ["after_maybe"],
+            inputs={"a": {"$from": "w0.w0"}, "b": {"$from": "w3.w3.kind"}})
+    run_id = queue_workflows.start_run(wf, {})
+    status = wait_run(run_id, procs, timeout=30)
+    states = {name: (node["status"], node["attempts"]) for name, node in status["nodes"].items()}
+    assert states == {"source": ("completed", 1), **{f"w{i}": ("completed", 1) for i in range(4)},
+                      "maybe": ("skipped", 0), "after_maybe": ("skipped", 0), "join": ("completed", 1)}
+    assert executions(database_url) == Counter({"source": 1, "w0": 1, "w1": 1, "w2": 1, "w3": 1, "join": 1})
+    assert status["nodes"]["w2"]["output"]["w2"] == {"i": 2, "kind": "even"}
+    assert status["nodes"]["join"]["output"]["joined"] == ["a", "b"]
+    pids = {node["output"]["pid"] for node in status["nodes"].values() if node["output"]}
+    assert len(pids) == 2, "both workers took part in the fan-out"  # 4 x 0.2 s nodes, 2 idle workers
+    undone = query(database_url, "SELECT count(*) AS n FROM workflow_dispatch_events WHERE processed_at IS NULL")
+    assert undone == [{"n": 0}]
+
+
+def test_kill_9_of_a_worker_mid_node_runs_the_node_and_its_dependant_once(database_url: str, procs: Procs) -> None:
+    workers = start_stack(database_url, procs, 2)
+    wf = (Workflow("kill").node("slow", f"{N}:work", inputs={"label": "slow", "sleep": 2.0})
+          .node("after", f"{N}:work", deps=["slow"], inputs={"label": "after"}))
+    run_id = queue_workflows.start_run(wf, {})
+    running = wait_until(
+        lambda: next(iter(query(database_url, "SELECT claimed_by FROM workflow_node_jobs WHERE node_name = 'slow' AND status = 'running'")), None),
+        timeout=15, what="the slow node to be claimed")
+    os.kill(pid_of(running["claimed_by"]), signal.SIGKILL)  # between its claim and its finish
+    status = wait_run(run_id, procs, timeout=30)
+    assert status["nodes"]["slow"]["attempts"] == 2
+    assert executions(database_url) == Counter({"slow": 1, "after": 1})
+    assert len([w for w in workers if w.poll() is None]) == 1
+    kinds = query(database_url, "SELECT node_name, kind FROM workflow_dispatch_events ORDER BY id")
+    assert kinds == [{"node_name": "slow", "kind": "completed"}, {"node_name": "after", "kind": "completed"}]
+
+
+def test_a_node_retried_under_its_own_max_attempts_then_a_failed_node_fails_the_run(database_url: str, procs: Procs) -> None:
+    start_stack(database_url, procs, 2, QW_RETRY_BASE_SECONDS="0.1", QW_RETRY_MAX_SECONDS="0.2")
+    wf = Workflow("retry").node("flaky", f"{N}:flaky", max_attempts=2).node("after", f"{N}:work", deps=["flaky"], inputs={"label": "after"})
+    status = wait_run(queue_workflows.start_run(wf, {}), procs, timeout=30)
+    assert status["nodes"]["flaky"]["attempts"] == 2 and status["nodes"]["flaky"]["output"] == {"tries": 2}
+    assert executions(database_url) == Counter({"flaky_try": 2, "flaky": 1, "after": 1})
+    wf = (Workflow("fails").node("bad", f"{N}:boom", max_attempts=1).node("slow", f"{N}:work", inputs={"label": "slow", "sleep": 1})
+          .node("late", f"{N}:work", inputs={"label": "late"}, deps=["slow"]).node("next", f"{N}:work", deps=["bad"]))
+    run_id = queue_workflows.start_run(wf, {})
+    failed = wait_until(lambda: (s := queue_workflows.run_status(run_id))["status"] == "failed" and s, timeout=30, what="the run to fail")
+    assert failed["error"] == "node 'bad' failed" and failed["nodes"]["next"]["status"] == "pending"
+    # a sibling already running finishes (one still queued would have been cancelled) ...
+    wait_until(lambda: queue_workflows.run_status(run_id)["nodes"]["slow"]["status"] in ("completed", "cancelled"), timeout=10, what="slow to end")
+    assert queue_workflows.run_status(run_id)["nodes"]["late"]["status"] == "pending"  # a failed run starts nothing new
+
+
+def test_a_200_node_layered_dag_on_four_workers(database_url: str, procs: Procs) -> None:
+    start_stack(database_url, procs, 4)
+    wf = Workflow("layers").node("root", f"{N}:work", inputs={"label": "root"})
+    previous = ["root"]
+    for layer in range(3):
+        current = [f"l{layer}_{i}" for i in range(66)]
+        for i, name in enumerate(current):
+            deps = ["root"] if layer == 0 else [previous[i], previous[(i + 1) % 66]]
+            wf.node(name, f"{N}:work", deps=deps, inputs={"label": name})
+        previous = current
+    wf.node("join", f"{N}:join", deps=previous)
+    assert len(wf.nodes) == 200
+    run_id = queue_workflows.start_run(wf, {})
+    wait_run(run_id, procs, timeout=60)
+    counts = executions(database_url)
+    assert len(counts) == 200 and set(counts.values()) == {1}
+    assert query(database_url, "SELECT count(*) AS n FROM workflow_node_jobs WHERE run_id = %s AND attempts = 1", (run_id,)) == [{"n": 200}]
