@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -89,3 +90,21 @@ def test_status_lists_next_fire_and_last_slot(app, conn):
     assert next_fire.minute == 37 and 0 < (next_fire - now).total_seconds() <= 3600
     assert daily["last_slot"] is None and daily["timezone"] == "Europe/Berlin" and daily["boot"] is True
     assert daily["next_fire"].endswith(("04:00:00Z", "05:00:00Z")), "06:00 in Berlin"
+
+
+def test_qw_schedule_lists_entries_as_a_table_and_as_json(app, conn, capsys):
+    from qw_services import cli
+
+    assert cli.main(["schedule"]) == 0
+    assert "no schedule entries" in capsys.readouterr().out
+    set_ingest_schedule([ScheduleEntry("hourly", 37, "noop", "fetch", boot=True), ScheduleEntry.cron("*/5 * * * *", "five", "noop", "load")])
+    assert scheduler.main(["--once"]) == 0  # the boot kick: hourly's last slot
+    capsys.readouterr()
+    assert cli.main(["schedule", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["hourly"]["last_kind"] == "boot" and rows["hourly"]["last_job_id"] == conn.execute("SELECT max(id) AS id FROM ingest_jobs").fetchone()["id"]
+    assert rows["five"]["cron"] == "*/5 * * * *" and rows["five"]["last_kind"] in (None, "slot"), "a slot only if one is due right now"
+    assert cli.main(["schedule"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0][:4] == ["name", "task", "queue", "cron"]
+    assert ["hourly", "noop", "fetch", "37", "*", "*", "*", "*", "UTC", "skip", "yes"] in [line[:11] for line in lines], lines

@@ -1,4 +1,4 @@
-"""The demo application `qw dev` runs: a few ingest tasks and a cpu node, registered at import."""
+"""The demo application `qw dev` runs: a few ingest tasks, a cpu node and a schedule, registered at import."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import time
 from typing import Any
 
-from queue_workflows import node_queue, register_ingest_task
+from queue_workflows import ScheduleEntry, current, node_queue, register_ingest_task, set_ingest_schedule
 
 
 def fetch_page(reason: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +30,13 @@ def heartbeat(reason: str) -> dict[str, Any]:
 register_ingest_task("demo.fetch_page", fetch_page)
 register_ingest_task("demo.load_rows", load_rows)
 register_ingest_task("demo.heartbeat", heartbeat)
+
+# Work that arrives by itself: `qw dev` runs a scheduler, which kicks this once at start and
+# then enqueues it at the top of every minute (`qw schedule` lists it).
+_queues = current().settings.ingest_queues
+set_ingest_schedule(
+    [ScheduleEntry.cron("* * * * *", "demo.heartbeat", "demo.heartbeat", "fetch" if "fetch" in _queues else min(_queues), boot=True)]
+)
 
 
 def enqueue_demo(per_queue: int, *, queues: list[str]) -> dict[str, list[int]]:

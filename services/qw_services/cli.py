@@ -7,10 +7,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from queue_workflows import admin, app_loader, db, node_queue
+from queue_workflows import admin, app_loader, db, node_queue, scheduler
 
 from . import ops
-from .tables import print_table, status_table
+from .tables import print_table, schedule_table, status_table
 
 
 def status_data() -> dict[str, Any]:
@@ -39,6 +39,17 @@ def _status(as_json: bool) -> int:
     return 0
 
 
+def _schedule(as_json: bool) -> int:
+    rows = scheduler.schedule_status()
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+    elif rows:
+        print_table(schedule_table(rows))
+    else:
+        print("no schedule entries: the app module (--app or QW_APP) sets them with set_ingest_schedule([...])")
+    return 0
+
+
 def _migrate(to: int | None) -> int:
     if to is None:
         print(f"applied: {db.bootstrap() or 'nothing new'}")
@@ -63,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--to", type=int, default=None)
     status = sub.add_parser("status", parents=[app_too], help="queues (depth, oldest job), workers, flagged dead workers")
     status.add_argument("--json", action="store_true")
+    schedule = sub.add_parser("schedule", parents=[app_too], help="the app's schedule: each entry's next fire time and last slot enqueued")
+    schedule.add_argument("--json", action="store_true")
     ops.add_commands(sub, [app_too])
     return parser
 
@@ -82,6 +95,8 @@ def _command(args: argparse.Namespace) -> int:
     db.check_database(url=loaded.config.database_url(), schema=args.command != "migrate")
     if args.command == "migrate":
         return _migrate(args.to)
+    if args.command == "schedule":
+        return _schedule(args.json)
     if args.command in ops.COMMANDS:
         return ops.run(args, loaded.config.settings.host_label)
     return _status(args.json)

@@ -20,7 +20,7 @@ from typing import Any
 from psycopg import sql
 
 import queue_workflows
-from queue_workflows import app_loader, db
+from queue_workflows import app_loader, db, scheduler
 from queue_workflows.settings import load_settings
 
 from .cli import status_data
@@ -78,6 +78,21 @@ class Supervisor:
                 proc.wait()
 
 
+class ScheduleWatch:
+    """Prints a line whenever the app's scheduler enqueues a slot, so the schedule is seen working."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def poll(self) -> None:
+        for row in scheduler.schedule_status():
+            job = row["last_job_id"]
+            if job is not None and self.seen.get(row["name"]) != job:
+                self.seen[row["name"]] = job
+                print(f"qw dev: schedule {row['name']!r} enqueued ingest job {job} on {row['queue']!r} "
+                      f"({row['last_kind']} {row['last_slot']}); next {row['next_fire']}", flush=True)
+
+
 def _database_url(data_dir: Any) -> tuple[str, Any]:
     url = os.environ.get("QW_DATABASE_URL")
     if url:
@@ -124,17 +139,22 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
     queues = ["cpu", *sorted(config.settings.ingest_queues)]
     for queue in queues:
         supervisor.add(f"worker-{queue}", "qw_services.worker", f"--queue={queue}")
+    watch = ScheduleWatch() if scheduler.ingest_schedule() else None
+    if watch is not None:
+        supervisor.add("scheduler", "qw_services.scheduler")
     try:
         db.wait_for_schema(timeout=60, stop=stopping)
         if app != DEMO_APP:
             print(f"qw dev: serving {app} on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
             while not stopping.is_set():
                 supervisor.check()
+                if watch is not None:
+                    watch.poll()
                 stopping.wait(1.0)
             return 0
-        return _run_demo(supervisor, stopping, queues, jobs=jobs, exit_when_done=exit_when_done, timeout=timeout)
+        return _run_demo(supervisor, stopping, queues, watch, jobs=jobs, exit_when_done=exit_when_done, timeout=timeout)
     finally:
-        print("qw dev: stopping workers and orchestrator", flush=True)
+        print(f"qw dev: stopping workers{', scheduler' if watch is not None else ''} and orchestrator", flush=True)
         supervisor.stop_all()
         db.close_pools()
         if server is not None:
@@ -143,7 +163,8 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
 
 
 def _run_demo(
-    supervisor: Supervisor, stopping: threading.Event, queues: list[str], *, jobs: int, exit_when_done: bool, timeout: float
+    supervisor: Supervisor, stopping: threading.Event, queues: list[str], watch: ScheduleWatch | None,
+    *, jobs: int, exit_when_done: bool, timeout: float,
 ) -> int:
     """Enqueue the demo's jobs, show them completing, then keep serving (or stop when asked to)."""
     import qw_demo
@@ -157,6 +178,8 @@ def _run_demo(
     finished = False
     while not stopping.is_set():
         supervisor.check()
+        if watch is not None:
+            watch.poll()
         totals = _demo_totals(job_ids)
         done = totals["completed"] + totals["failed"]
         if not finished:
@@ -168,7 +191,8 @@ def _run_demo(
         if done == total and not finished:
             finished = True
             print(f"qw dev: demo finished in {time.monotonic() - started:.1f}s:", flush=True)
-            print_table(status_table(status_data()))
+            data = status_data()  # counts per family, plus ages and workers the table does not show
+            print_table(status_table({"node": data["node"], "ingest": data["ingest"]}))
             if exit_when_done:
                 break
         if not finished and time.monotonic() - started > timeout:

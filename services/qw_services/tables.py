@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -23,6 +23,19 @@ def status_table(families: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Tab
     for family, queues in families.items():
         for queue, counts in queues.items():
             table.add_row(family, queue, *(str(counts.get(column, 0)) for column in STATUS_COLUMNS))
+    return table
+
+
+SCHEDULE_COLUMNS = ("name", "task", "queue", "cron", "timezone", "catch_up", "boot", "next_fire", "last_slot", "last_kind", "last_job_id")
+
+
+def schedule_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per schedule entry (`scheduler.schedule_status()`)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in SCHEDULE_COLUMNS:
+        table.add_column(column.replace("_", " "), no_wrap=True)
+    for row in rows:
+        table.add_row(*("-" if row[c] is None else "yes" if row[c] is True else "no" if row[c] is False else str(row[c]) for c in SCHEDULE_COLUMNS))
     return table
 
 
