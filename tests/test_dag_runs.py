@@ -129,6 +129,8 @@ def test_workflow_provider_by_name(database_url):
     assert queue_workflows.run_status(run_id)["workflow_name"] == "named"
     with pytest.raises(LookupError, match="no workflow named 'other'"):
         queue_workflows.start_run("other", {})
+    queue_workflows.set_workflow_provider(lambda name: None, lambda name: {"nodes": [{"id": "a", "module": N}]})
+    assert queue_workflows.run_status(queue_workflows.start_run("schema_only", {}))["workflow_name"] == "schema_only"
 
 
 def test_a_failed_node_fails_the_run_and_cancels_queued_siblings(database_url, conn):

@@ -50,7 +50,9 @@ def start_run(
     Nothing is written when validation fails. Returns the run id.
     """
     if isinstance(workflow, str):
-        workflow = hooks.load_workflow(workflow)
+        name, workflow = workflow, hooks.load_workflow(workflow)
+        if isinstance(workflow, Mapping) and "name" not in workflow:  # a pipeline schema: just the nodes
+            workflow = {"name": name, **workflow}
     wf = validate(workflow, check_callables=check_callables)  # type: ignore[arg-type]
     if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
         raise InvalidPayloadError(f"priority must be a 32-bit integer, not {priority!r}")
