@@ -98,6 +98,27 @@ def test_a_node_retried_under_its_own_max_attempts_then_a_failed_node_fails_the_
     assert queue_workflows.run_status(run_id)["nodes"]["late"]["status"] == "pending"  # a failed run starts nothing new
 
 
+def test_kill_9_of_the_orchestrator_mid_run_a_new_one_finishes_it(database_url: str, procs: Procs) -> None:
+    env = service_env(database_url)
+    first = procs.orchestrator(env)
+    workers = [procs.worker(env, "cpu") for _ in range(2)]
+    wait_workers_ready(database_url, workers)
+    wait_for_log(first, "orchestrator running", timeout=30)
+    wf = Workflow("orch").node("a", f"{N}:work", inputs={"label": "a"})
+    for i in range(6):
+        wf.node(f"b{i}", f"{N}:work", deps=["a"], inputs={"label": f"b{i}", "sleep": 0.3})
+    wf.node("c", f"{N}:join", deps=[f"b{i}" for i in range(6)])
+    run_id = queue_workflows.start_run(wf, {})
+    wait_until(lambda: executions(database_url)["b0"] + executions(database_url)["b1"] > 0, timeout=15, what="the fan-out to start")
+    first.kill()  # events of the b's completing now pile up in the outbox: nobody drains them
+    first.wait()
+    wait_until(lambda: query(database_url, "SELECT 1 FROM workflow_dispatch_events WHERE processed_at IS NULL"), timeout=15,
+               what="an event left for the next orchestrator")
+    wait_for_log(procs.orchestrator(env), "orchestrator running", timeout=30)
+    wait_run(run_id, procs, timeout=30)
+    assert executions(database_url) == Counter({"a": 1, "join": 1, **{f"b{i}": 1 for i in range(6)}})
+
+
 def test_a_200_node_layered_dag_on_four_workers(database_url: str, procs: Procs) -> None:
     start_stack(database_url, procs, 4)
     wf = Workflow("layers").node("root", f"{N}:work", inputs={"label": "root"})
