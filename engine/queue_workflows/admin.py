@@ -18,7 +18,7 @@ from .payloads import check_text, shown
 from .queries import JobTable
 
 FAMILIES: dict[str, JobTable] = {"ingest": INGEST_TABLE, "node": NODE_TABLE}
-STATUSES = ("scheduled", "queued", "running", "awaiting_input", "completed", "failed", "cancelled")
+STATUSES = ("scheduled", "queued", "running", "awaiting_input", "completed", "failed", "cancelled", "skipped")
 _REF_RE = re.compile(r"^(?:(ingest|node):)?([1-9][0-9]{0,18})$")
 
 
