@@ -16,3 +16,13 @@ def sleep(reason: str, args: dict[str, Any]) -> dict[str, Any]:
 
 register_ingest_task("noop", lambda reason: {})
 register_ingest_task("sleep", sleep)
+
+
+def dag_step(**_inputs: Any) -> dict[str, Any]:
+    """A no-op DAG node (benchmarks/dag.py): the cost measured is the engine's, not the node's."""
+    return {}
+
+
+def run(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The same no-op as a plain node job (`node_module="bench_app"`), for the independent-jobs baseline."""
+    return {}

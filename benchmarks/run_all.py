@@ -15,7 +15,7 @@ import time
 
 import common
 
-SCRIPTS = ("throughput", "latency", "recovery", "claim_backlog", "worker_control")
+SCRIPTS = ("throughput", "latency", "recovery", "claim_backlog", "worker_control", "dag")
 
 
 def main(argv: list[str] | None = None) -> int:
