@@ -81,3 +81,25 @@ def test_workers_table_and_dead_flag(env, conn, capsys):
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert "DEAD WORKER? gpu-box:gpu:77:aa" in out and "restart it on gpu-box" in out
+
+
+def test_runs_and_run(env, capsys):
+    from queue_workflows import start_run
+
+    run_id = start_run({"name": "pair", "nodes": [
+        {"id": "first", "call": "qw_test_nodes"},
+        {"id": "second", "call": "qw_test_nodes", "deps": ["first"]},
+    ]}, {"x": 1})
+    [listed] = _json(capsys, ["runs"])
+    assert (listed["id"], listed["workflow_name"], listed["status"], listed["nodes_total"], listed["active"]) == (run_id, "pair", "running", 2, 1)
+    assert cli.main(["runs", "--status", "running"]) == 0
+    assert "pair" in capsys.readouterr().out
+    status = _json(capsys, ["run", str(run_id)])
+    assert {n: v["status"] for n, v in status["nodes"].items()} == {"first": "queued", "second": "pending"}
+    assert cli.main(["run", str(run_id)]) == 0
+    out = capsys.readouterr().out
+    assert f"run {run_id} (pair): running" in out and "second" in out and "pending" in out
+    assert cli.main(["run", "999"]) == 3
+    with pytest.raises(SystemExit) as bad:  # argparse refuses an unknown status itself
+        cli.main(["runs", "--status", "bogus"])
+    assert bad.value.code == 2

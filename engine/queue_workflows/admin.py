@@ -101,3 +101,16 @@ def retry_job(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
     if not done:
         raise JobNotFoundError(f"job {ref} is {row['status']}: only failed or cancelled jobs can be retried")
     return done[0]
+
+
+RUN_STATUSES = ("queued", "running", "awaiting_input", "completed", "failed", "cancelled")
+
+
+def list_runs(status: str | None = None, limit: int = 50, conn: db.Conn | None = None) -> list[dict[str, Any]]:
+    """Workflow runs, newest first, with their node counts."""
+    if status is not None and status not in RUN_STATUSES:
+        raise InvalidPayloadError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {shown(status)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidPayloadError(f"limit must be an integer from 1 to 10000, not {shown(limit)}")
+    return _rows(conn, queries.query("list_runs"), {"status": status, "limit": limit})
+

@@ -17,13 +17,13 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from queue_workflows import InvalidNameError, InvalidPayloadError, admin, node_queue, worker_control
+from queue_workflows import InvalidNameError, InvalidPayloadError, admin, node_queue, run_status, worker_control
 from queue_workflows.errors import UnknownQueueError
 
 from .tables import print_table
 
 EXIT_NOT_FOUND = 3
-COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers")
+COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers", "runs", "run")
 
 
 def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -44,6 +44,13 @@ def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     retry = sub.add_parser("retry", parents=parents, help="put a failed or cancelled job back with fresh attempts")
     retry.add_argument("ref")
     retry.add_argument("--json", action="store_true")
+    runs = sub.add_parser("runs", parents=parents, help="workflow runs, newest first, with node counts")
+    runs.add_argument("--status", default=None, choices=admin.RUN_STATUSES)
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+    run = sub.add_parser("run", parents=parents, help="one workflow run: every node's state, attempts and output")
+    run.add_argument("run_id", type=int)
+    run.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker", parents=parents, help="turn one (host, queue) worker on or off")
     worker.add_argument("switch", choices=("on", "off"))
     worker.add_argument("--queue", required=True)
@@ -76,6 +83,18 @@ def _run(args: argparse.Namespace, host_label: str) -> int:
         print_table(job_table(detail))
         if detail["events"]:
             print_table(events_table(detail["events"]))
+        return 0
+    if args.command == "runs":
+        return _show(admin.list_runs(args.status, args.limit), args.json, runs_table)
+    if args.command == "run":
+        try:
+            status = run_status(args.run_id)
+        except LookupError as exc:
+            raise admin.JobNotFoundError(str(exc)) from None
+        if args.json:
+            return _dump(status)
+        print(f"run {status['id']} ({status['workflow_name']}): {status['status']}" + (f" - {status['error']}" if status["error"] else ""))
+        print_table(nodes_table(status["nodes"]))
         return 0
     if args.command == "cancel":
         return _one(admin.cancel_job(args.ref, reason=args.reason), args.json, "cancelled")
@@ -182,3 +201,21 @@ def events_table(events: list[dict[str, Any]]) -> Table:
         error = (e["error"] or "").strip().splitlines()[-1:] or [""]
         table.add_row(_when(e["at"]), e["from_status"] or "-", e["to_status"], str(e["attempts"]), e["worker_id"] or "-", error[0][:80])
     return table
+
+
+def runs_table(rows: list[dict[str, Any]]) -> Table:
+    table = _table("run", "workflow", "status", "done", "active", "failed", "created", "error")
+    for r in rows:
+        error = (r["error"] or "").strip().splitlines()[-1:] or [""]
+        table.add_row(str(r["id"]), r["workflow_name"], r["status"], f"{r['completed']}/{r['nodes_total']}", str(r["active"]),
+                      str(r["failed"]), _when(r["created_at"]), error[0][:80])
+    return table
+
+
+def nodes_table(nodes: dict[str, dict[str, Any]]) -> Table:
+    table = _table("node", "status", "attempts", "queue", "job", "output / error")
+    for name, n in nodes.items():
+        detail = (n["error"] or "").strip().splitlines()[-1:] if n["error"] else [json.dumps(n["output"], default=str)[:80] if n["output"] is not None else ""]
+        table.add_row(name, n["status"], str(n["attempts"]), n["queue"] or "-", f"node:{n['job_id']}" if n["job_id"] else "-", (detail or [""])[0][:80])
+    return table
+

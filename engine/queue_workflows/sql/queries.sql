@@ -335,3 +335,17 @@ SELECT DISTINCT ON (entry_name) entry_name, slot_time, kind, job_id, enqueued_by
 DELETE FROM schedule_slots s
  WHERE s.slot_time < %(before)s
    AND s.slot_time < (SELECT max(l.slot_time) FROM schedule_slots l WHERE l.entry_name = s.entry_name AND l.kind <> 'boot');
+
+-- name: list_runs
+SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
+       count(n.id) FILTER (WHERE n.status = 'completed') AS completed,
+       count(n.id) FILTER (WHERE n.status IN ('queued', 'scheduled', 'running', 'awaiting_input')) AS active,
+       count(n.id) FILTER (WHERE n.status = 'failed') AS failed,
+       count(n.id) AS nodes_started,
+       coalesce(jsonb_array_length(r.definition -> 'nodes'), 0) AS nodes_total
+  FROM workflow_runs r
+  LEFT JOIN workflow_node_jobs n ON n.run_id = r.id
+ WHERE %(status)s::text IS NULL OR r.status = %(status)s
+ GROUP BY r.id
+ ORDER BY r.id DESC
+ LIMIT %(limit)s;
