@@ -56,8 +56,9 @@ def test_qw_dev_runs_the_demo_on_an_embedded_postgres_and_stops_on_ctrl_c(tmp_pa
     reader.start()
     try:
         rows = wait_until(lambda: _summary(lines), timeout=90, what="the demo's summary table")
-        for queue in ("cpu", "load"):
-            assert rows[queue]["completed"] == "4" and rows[queue]["failed"] == "0", rows
+        assert rows["load"]["completed"] == "4" and rows["load"]["failed"] == "0", rows
+        # cpu also runs the demo workflow's nodes; gpu its embed node (on the CPU here)
+        assert int(rows["cpu"]["completed"]) > 4 and rows["cpu"]["failed"] == "0" and rows["gpu"]["completed"] == "2", rows
         # fetch also runs the demo schedule's boot kick and minute ticks
         assert int(rows["fetch"]["completed"]) >= 4 and rows["fetch"]["failed"] == "0", rows
         wait_until(lambda: any("qw dev: schedule 'demo.heartbeat' enqueued" in line for line in lines), timeout=30, what="the schedule's boot kick")
@@ -67,9 +68,15 @@ def test_qw_dev_runs_the_demo_on_an_embedded_postgres_and_stops_on_ctrl_c(tmp_pa
             [sys.executable, "-m", "qw_services.cli", "status", "--json"],
             env={**_dev_env(tmp_path), "QW_DATABASE_URL": dsn}, capture_output=True, text=True, timeout=60,
         )
-        assert status.returncode == 0 and json.loads(status.stdout)["node"]["cpu"]["completed"] == 4, status.stderr
+        assert status.returncode == 0 and json.loads(status.stdout)["node"]["gpu"]["completed"] == 2, status.stderr
+        runs = subprocess.run(
+            [sys.executable, "-m", "qw_services.cli", "runs", "--json"],
+            env={**_dev_env(tmp_path), "QW_DATABASE_URL": dsn}, capture_output=True, text=True, timeout=60,
+        )
+        assert runs.returncode == 0, runs.stderr
+        assert sorted(r["status"] for r in json.loads(runs.stdout)) == ["completed", "completed"], runs.stdout
         children = psutil.Process(proc.pid).children(recursive=True)
-        assert len([c for c in children if "qw_services" in " ".join(c.cmdline())]) == 5  # orchestrator + cpu, fetch, load + scheduler
+        assert len([c for c in children if "qw_services" in " ".join(c.cmdline())]) == 6  # orchestrator + cpu, gpu, fetch, load + scheduler
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the whole group
         assert proc.wait(timeout=60) == 0, "".join(lines)
     finally:
@@ -93,7 +100,7 @@ def test_qw_dev_uses_the_configured_database_and_can_exit_when_done(tmp_path, sc
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "9/9 done" in done.stdout and "embedded" not in done.stdout + done.stderr
+    assert "11/11 done" in done.stdout and "embedded" not in done.stdout + done.stderr  # 9 jobs and 2 workflow runs
     assert not (tmp_path / "qwdata").exists()
 
 

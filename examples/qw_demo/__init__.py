@@ -7,7 +7,9 @@ import random
 import time
 from typing import Any
 
-from queue_workflows import ScheduleEntry, current, node_queue, register_ingest_task, set_ingest_schedule
+from queue_workflows import ScheduleEntry, current, node_queue, register_ingest_task, set_ingest_schedule, start_run
+
+from . import nodes
 
 
 def fetch_page(reason: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -40,9 +42,10 @@ set_ingest_schedule(
 
 
 def enqueue_demo(per_queue: int, *, queues: list[str]) -> dict[str, list[int]]:
-    """Enqueue `per_queue` jobs on each ingest queue and on the cpu node queue; returns ids per table."""
+    """Enqueue `per_queue` jobs on each ingest queue and on the cpu node queue, and start the demo
+    workflow for each article (one English, so its `translate` is skipped); returns ids per table."""
     ingest: list[int] = []
-    nodes: list[int] = []
+    node_ids: list[int] = []
     for i in range(per_queue):
         for queue in queues:
             if queue == "load":
@@ -50,5 +53,6 @@ def enqueue_demo(per_queue: int, *, queues: list[str]) -> dict[str, list[int]]:
             else:
                 row = node_queue.enqueue_ingest_job("demo.fetch_page", queue, {"url": f"https://example.invalid/{i}"}, reason="demo")
             ingest.append(row["id"])
-        nodes.append(node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": i})["id"])
-    return {node_queue.INGEST_TABLE: ingest, node_queue.NODE_TABLE: nodes}
+        node_ids.append(node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": i})["id"])
+    runs = [start_run(nodes.WORKFLOW, {"topic": topic}) for topic in sorted(nodes.ARTICLES)]
+    return {node_queue.INGEST_TABLE: ingest, node_queue.NODE_TABLE: node_ids, "workflow_runs": runs}

@@ -136,7 +136,7 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
     supervisor = Supervisor(env, grace=config.settings.shutdown_grace_seconds + 5)
     stopping = on_stop_signals(lambda: None)
     supervisor.add("orchestrator", "qw_services.orchestrator")
-    queues = ["cpu", *sorted(config.settings.ingest_queues)]
+    queues = ["cpu", "gpu", *sorted(config.settings.ingest_queues)]  # gpu: node jobs run on the CPU here
     for queue in queues:
         supervisor.add(f"worker-{queue}", "qw_services.worker", f"--queue={queue}")
     watch = ScheduleWatch() if scheduler.ingest_schedule() else None
@@ -172,9 +172,11 @@ def _run_demo(
     if stopping.is_set():
         return 0
     started = time.monotonic()
-    job_ids = qw_demo.enqueue_demo(jobs, queues=[q for q in queues if q != "cpu"])
+    job_ids = qw_demo.enqueue_demo(jobs, queues=[q for q in queues if q not in ("cpu", "gpu")])
     total = sum(len(ids) for ids in job_ids.values())
-    print(f"qw dev: enqueued {total} demo jobs on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
+    runs = len(job_ids.get("workflow_runs", []))
+    print(f"qw dev: enqueued {total - runs} demo jobs on {', '.join(queues)} and started {runs} workflow runs "
+          f"(`qw runs`); Ctrl-C stops everything", flush=True)
     finished = False
     while not stopping.is_set():
         supervisor.check()

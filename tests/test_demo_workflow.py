@@ -1,0 +1,37 @@
+"""The demo app's workflow walks as its docstring says: fan-out, a gpu node, a skip, a fan-in."""
+
+from __future__ import annotations
+
+import threading
+
+import qw_demo.nodes as demo
+from queue_workflows import run_status, start_run
+from queue_workflows.claim_worker import ClaimWorker
+from queue_workflows.dag.outbox import DispatchDrain
+from queue_workflows.testing import wait_until
+
+
+def test_the_demo_workflow_skips_translation_for_english_only(database_url):
+    runs = {topic: start_run(demo.WORKFLOW, {"topic": topic}) for topic in demo.ARTICLES}
+    workers = [ClaimWorker("cpu"), ClaimWorker("gpu")]
+    stop = threading.Event()
+    drain = threading.Thread(target=DispatchDrain().run_forever, args=(stop,), daemon=True)
+    drain.start()
+    try:
+        def finished() -> bool:
+            for worker in workers:
+                worker.drain()
+            return all(run_status(r)["status"] != "running" for r in runs.values())
+
+        wait_until(finished, timeout=30, what="both demo runs finished")
+    finally:
+        stop.set()
+        drain.join(timeout=5)
+        for worker in workers:
+            worker.session.close()
+    english, german = run_status(runs["queues"]), run_status(runs["warteschlangen"])
+    assert english["status"] == german["status"] == "completed"
+    assert english["nodes"]["translate"]["status"] == "skipped" and german["nodes"]["translate"]["status"] == "completed"
+    assert english["nodes"]["embed"]["queue"] == "gpu"
+    assert english["nodes"]["summarize"]["output"]["translated"] is False
+    assert german["nodes"]["summarize"]["output"]["translated"] is True
