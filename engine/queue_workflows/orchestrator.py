@@ -17,6 +17,7 @@ import psycopg
 
 from . import app_loader, db, reclaim
 from .backoff import Backoff
+from .dag.keeper import RunKeeper
 from .dag.outbox import DispatchDrain
 from .errors import DatabaseUnreachableError
 
@@ -53,9 +54,12 @@ def run(stop_event: threading.Event) -> int:
     loop = reclaim.ReclaimLoop(stop_event=stop_event)
     dispatch = threading.Thread(target=DispatchDrain(stop_event=stop_event).run_forever, name="qw-dispatch", daemon=True)
     dispatch.start()  # the DAG outbox drain, woken by NOTIFY qw_dispatch
+    keeper = threading.Thread(target=RunKeeper(stop_event=stop_event).run_forever, name="qw-dag-keeper", daemon=True)
+    keeper.start()  # DAG input listener (NOTIFY qw_input) and the reconcile sweep
     log.info("orchestrator running: reclaim sweep every %.2fs, DAG dispatch drain", loop.interval)
     loop.run_forever()
     dispatch.join(timeout=5)
+    keeper.join(timeout=5)
     log.info("orchestrator stopped (%d job(s) reclaimed)", loop.total)
     return 0
 

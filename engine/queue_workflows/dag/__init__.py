@@ -7,11 +7,13 @@
 
 Modules: `definition` (builder and data form), `validate`, `refs`, `dispatcher` (pure DAG walk),
 `hooks` (host-injected resolvers), `store` (start_run/run_status/apply a dispatch step),
-`execute` (worker-side invoke) and `outbox` (the orchestrator's drain).
+`execute` (worker-side invoke), `outbox` (the orchestrator's drain), `control` (cancel, restart,
+reconcile), `inputs` (input steps) and `keeper` (the orchestrator's input listener and reconcile sweep).
 """
 
 from __future__ import annotations
 
+from .control import RunStateError, cancel_run, cancelled, reconcile_runs, restart_run, run_cancelled
 from .definition import Node, Workflow
 from .hooks import (
     set_invoke_context,
@@ -19,10 +21,19 @@ from .hooks import (
     set_node_resolver,
     set_workflow_provider,
 )
+from .inputs import InputNotAwaitedError, submit_input
 from .validate import WorkflowValidationError, validate
 
 __all__ = [
+    "InputNotAwaitedError",
     "Node",
+    "RunStateError",
+    "cancel_run",
+    "cancelled",
+    "reconcile_runs",
+    "restart_run",
+    "run_cancelled",
+    "submit_input",
     "Workflow",
     "WorkflowValidationError",
     "set_invoke_context",

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds"})
+NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
+KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
 
 
 def callable_spec(call: Any) -> Any:
@@ -51,6 +52,11 @@ class Node:
     skip_if: Any = None
     max_attempts: Any = 3
     budget_seconds: Any = None
+    kind: Any = "task"
+
+    @property
+    def is_input(self) -> bool:
+        return self.kind == "input"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -61,6 +67,8 @@ class Node:
         data["max_attempts"] = self.max_attempts
         if self.budget_seconds is not None:
             data["budget_seconds"] = self.budget_seconds
+        if self.kind != "task":
+            data["kind"] = self.kind
         return data
 
 
@@ -74,7 +82,7 @@ class Workflow:
     def node(
         self,
         id: str,
-        call: str | Callable[..., Any],
+        call: str | Callable[..., Any] | None = None,
         *,
         queue: str = "cpu",
         model: str | None = None,
@@ -83,10 +91,13 @@ class Workflow:
         skip_if: Any = None,
         max_attempts: int = 3,
         budget_seconds: float | None = None,
+        input: bool = False,
     ) -> Workflow:
+        """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`)."""
         deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
         self.nodes.append(
-            Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds)
+            Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
+                 "input" if input is True else "task" if input is False else input)
         )
         return self
 
@@ -130,6 +141,7 @@ class Workflow:
                     skip_if=raw.get("skip_if"),
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
+                    kind=raw.get("kind", "task"),
                 )
             )
         return cls(name, nodes)

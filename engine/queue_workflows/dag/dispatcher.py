@@ -5,7 +5,7 @@ A node is *ready* when every dependency is `completed` or `skipped`. A ready nod
 them were skipped (skips cascade); otherwise it is enqueued. Skips are applied in the same
 step, so a cascade resolves at once. A run completes when every node is completed or skipped,
 and fails as soon as a node has failed for good (or was cancelled): its not-yet-started
-siblings (`scheduled`/`queued`) are cancelled, running ones finish and are ignored.
+siblings (`scheduled`/`queued`/`awaiting_input`) are cancelled, running ones finish and are ignored.
 
 `advance` derives everything from the states, so applying it twice (a duplicate outbox event)
 decides nothing new.
@@ -21,7 +21,7 @@ from .validate import topological_order
 
 DONE = frozenset({"completed", "skipped"})
 BROKEN = frozenset({"failed", "cancelled"})
-NOT_STARTED = frozenset({"scheduled", "queued"})
+NOT_STARTED = frozenset({"scheduled", "queued", "awaiting_input"})
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import config
-from . import hooks, refs, store
+from . import control, hooks, refs, store
 
 
 def invoke(job: dict[str, Any]) -> Any:
@@ -28,8 +28,13 @@ def invoke(job: dict[str, Any]) -> Any:
                 inputs[name] = refs.resolve(expr, scope)
             except refs.Unresolved as exc:
                 raise refs.Unresolved(f"input {name!r} of node {job['node_name']!r}: {exc}") from None
-    if factory is None:
-        return fn(**inputs)
+    with control.running_node(job.get("run_id")):  # for `queue_workflows.dag.cancelled()` inside the node
+        if factory is None:
+            return fn(**inputs)
+        return _with_context(factory, job, run, fn, inputs)
+
+
+def _with_context(factory: Any, job: dict[str, Any], run: dict[str, Any], fn: Any, inputs: dict[str, Any]) -> Any:
     with factory(job, run) as finalize:
         value = fn(**inputs)
         return finalize(value) if callable(finalize) else value

@@ -108,7 +108,9 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
     params = []
     for node_id, status in [(n, "queued") for n in step.enqueue] + [(n, "skipped") for n in step.skip]:
         node = nodes[node_id]
-        inputs, late = refs.resolve_inputs(node.inputs, scope) if status == "queued" else ({}, {})
+        if status == "queued" and node.is_input:
+            status = "awaiting_input"  # an input step waits for submit_input, no worker claims it
+        inputs, late = refs.resolve_inputs(node.inputs, scope) if status != "skipped" else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
             "status": status, "priority": run["priority"], "required_model": node.model,

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import QueueWorkflowsError
 from . import refs
-from .definition import Node, Workflow, as_workflow
+from .definition import KINDS, Node, Workflow, as_workflow
 
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 QUEUES = ("cpu", "gpu")
@@ -46,6 +46,8 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
         from .hooks import UnresolvableCallableError, resolve_callable
 
         for node in wf.nodes:
+            if node.is_input:
+                continue
             try:
                 resolve_callable(node.call)
             except UnresolvableCallableError as exc:
@@ -61,9 +63,16 @@ def _check_node(name: str, node: Node) -> None:
     if not isinstance(node.id, str) or not _ID_RE.match(node.id):
         raise WorkflowValidationError(f"workflow {name!r}: node id {node.id!r} is invalid (letters, digits, _ and -, max 128)")
     where = f"workflow {name!r}: node {node.id!r}"
-    if isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
+    if node.kind not in KINDS:
+        raise WorkflowValidationError(f"{where}: kind must be 'task' or 'input', not {node.kind!r}")
+    if node.is_input:
+        if node.call is not None:
+            raise WorkflowValidationError(f"{where}: an input step runs nothing: give it no 'call' (got {node.call!r})")
+        if node.queue != "cpu" or node.model is not None:
+            raise WorkflowValidationError(f"{where}: an input step takes no queue or model (it is answered by submit_input)")
+    elif isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
         raise WorkflowValidationError(f"{where}: unresolvable callable {node.call!r} (a nested function or lambda cannot be imported)")
-    if not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call):
+    if not node.is_input and (not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call)):
         raise WorkflowValidationError(f"{where}: 'call' must be 'pkg.module' or 'pkg.module:function', not {node.call!r}")
     if node.queue not in QUEUES:
         raise WorkflowValidationError(f"{where}: queue must be 'cpu' or 'gpu', not {node.queue!r}")

@@ -31,7 +31,7 @@ ON CONFLICT (run_id, node_name) DO NOTHING;
 -- name: dag_cancel_nodes
 UPDATE workflow_node_jobs
    SET status = 'cancelled', error = %(reason)s, finished_at = now(), updated_at = now()
- WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]) AND status IN ('scheduled', 'queued');
+ WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]) AND status IN ('scheduled', 'queued', 'awaiting_input');
 
 -- name: dag_finish_run
 UPDATE workflow_runs
@@ -68,3 +68,111 @@ RETURNING r.id;
 -- name: dag_next_event_due
 SELECT extract(epoch FROM min(next_attempt_at) - now())::float AS due_in
   FROM workflow_dispatch_events WHERE processed_at IS NULL AND poisoned_at IS NULL;
+
+-- Cancel / restart / reconcile (queue_workflows.dag.control) ------------------------------
+
+-- name: dag_cancel_run
+UPDATE workflow_runs
+   SET status = 'cancelled', error = %(reason)s, finished_at = now(), updated_at = now()
+ WHERE id = %(run_id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING *;
+
+-- name: dag_cancel_open_nodes
+-- Not-started nodes always; running ones only for a hard cancel (the status change revokes the
+-- job: its worker exits 77). Each cancelled node gets its outbox event (a no-op for an ended run).
+UPDATE workflow_node_jobs
+   SET status = 'cancelled', error = %(reason)s, finished_at = now(), lease_expires_at = NULL, updated_at = now()
+ WHERE run_id = %(run_id)s
+   AND (status IN ('scheduled', 'queued', 'awaiting_input') OR (%(hard)s AND status = 'running'))
+RETURNING node_name, status;
+
+-- name: dag_restart_run
+UPDATE workflow_runs
+   SET status = 'running', error = NULL, finished_at = NULL, poisoned_at = NULL, updated_at = now()
+ WHERE id = %(run_id)s AND status IN ('failed', 'cancelled')
+RETURNING *;
+
+-- name: dag_reset_nodes
+-- Fresh attempts for the failed/cancelled nodes of a restarted run; completed outputs and
+-- skipped markers are not touched, and the row (its id, its event log) is reused, never duplicated.
+UPDATE workflow_node_jobs
+   SET status = CASE WHEN node_name = ANY(%(input_steps)s::text[]) THEN 'awaiting_input' ELSE 'queued' END,
+       attempts = 0, watchdog_trips = 0, run_after = now(), claimed_by = NULL, claim_lock_key = NULL,
+       lease_expires_at = NULL, started_at = NULL, finished_at = NULL, error = NULL, context_delta = NULL,
+       updated_at = now()
+ WHERE run_id = %(run_id)s AND status IN ('failed', 'cancelled')
+RETURNING node_name, status;
+
+-- name: dag_stalled_runs
+-- Running runs nothing will move: no live node, no pending outbox event (both seen in one
+-- snapshot, so a drain in flight keeps its run off this list). Locked, skipping busy runs.
+SELECT r.id
+  FROM workflow_runs r
+ WHERE r.status = 'running' AND r.definition IS NOT NULL AND r.poisoned_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM workflow_node_jobs j
+                    WHERE j.run_id = r.id AND j.status IN ('scheduled', 'queued', 'running', 'awaiting_input'))
+   AND NOT EXISTS (SELECT 1 FROM workflow_dispatch_events e
+                    WHERE e.run_id = r.id AND e.processed_at IS NULL AND e.poisoned_at IS NULL)
+ ORDER BY r.id
+ LIMIT %(limit)s
+   FOR UPDATE OF r SKIP LOCKED;
+
+-- name: dag_cancel_leftovers
+-- Not-started nodes of an ended run (a sibling retried after its run failed, say): cancelled.
+UPDATE workflow_node_jobs j
+   SET status = 'cancelled', error = format('cancelled: run %%s is %%s', r.id, r.status),
+       finished_at = now(), updated_at = now()
+  FROM workflow_runs r
+ WHERE j.run_id = r.id AND r.status IN ('failed', 'cancelled')
+   AND j.status IN ('scheduled', 'queued', 'awaiting_input')
+RETURNING j.id;
+
+-- name: dag_run_state
+SELECT status FROM workflow_runs WHERE id = %(run_id)s;
+
+-- Input steps (queue_workflows.dag.inputs) --------------------------------------------------
+
+-- name: dag_node_state
+SELECT id, status FROM workflow_node_jobs WHERE run_id = %(run_id)s AND node_name = %(node_name)s;
+
+-- name: dag_insert_submission
+INSERT INTO workflow_input_submissions (run_id, node_name, value)
+VALUES (%(run_id)s, %(node_name)s, %(value)s)
+RETURNING id;
+
+-- name: dag_claim_submissions
+UPDATE workflow_input_submissions s
+   SET status = 'processing', claimed_by = %(listener)s, claimed_at = now(), attempts = s.attempts + 1
+ WHERE s.id IN (SELECT id FROM workflow_input_submissions
+                 WHERE status = 'pending' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+RETURNING s.*;
+
+-- name: dag_lock_submission
+SELECT * FROM workflow_input_submissions
+ WHERE id = %(id)s AND status = 'processing' AND claimed_by = %(listener)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: dag_resume_input_node
+-- The submitted value is the node's output; the outbox trigger writes its event in this transaction.
+UPDATE workflow_node_jobs
+   SET status = 'completed', context_delta = %(value)s, error = NULL,
+       started_at = coalesce(started_at, now()), finished_at = now(), updated_at = now()
+ WHERE run_id = %(run_id)s AND node_name = %(node_name)s AND status = 'awaiting_input'
+RETURNING id;
+
+-- name: dag_submission_done
+UPDATE workflow_input_submissions
+   SET status = %(status)s, error = %(error)s, processed_at = now()
+ WHERE id = %(id)s;
+
+-- name: dag_reclaim_submissions
+-- A submission claimed by a listener that died (or stalled) before applying it goes back to
+-- 'pending'; after max_attempts claims it is rejected instead of looping.
+UPDATE workflow_input_submissions
+   SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'rejected' ELSE 'pending' END,
+       error = CASE WHEN attempts >= %(max_attempts)s
+                    THEN format('gave up after %%s claims: its listener never finished it', attempts) ELSE error END,
+       processed_at = CASE WHEN attempts >= %(max_attempts)s THEN now() END,
+       claimed_by = NULL, claimed_at = NULL
+ WHERE status = 'processing' AND claimed_at < now() - make_interval(secs => %(stale_seconds)s)
+RETURNING id, status;

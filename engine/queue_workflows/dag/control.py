@@ -1,0 +1,157 @@
+"""Cancel, restart and reconcile DAG runs; the cooperative cancel flag a node may poll.
+
+- `cancel_run(run_id)`: the run is cancelled; its not-started nodes (scheduled, queued,
+  awaiting_input) are cancelled in the same transaction, so no worker can claim them. A running
+  node is told through the cooperative flag (`cancelled()` / `run_cancelled(run_id)`) and left
+  to finish; its result is kept on its row but ignored (the run stays cancelled). `hard=True`
+  also cancels running nodes: the status change revokes the job and its worker exits 77.
+  Migration 0014's guard trigger turns any later (re)queue of a cancelled run's node - a retry,
+  a reclaim, a hand-back - into 'cancelled', so nothing of the run is ever claimed again.
+- `restart_run(run_id)`: a failed or cancelled run goes back to running; its failed and
+  cancelled nodes are reset in place (fresh attempts, input steps back to awaiting_input), its
+  completed outputs and skipped markers are kept, and the dispatcher enqueues the never-run
+  nodes that are ready. The unique (run_id, node_name) makes a duplicate node impossible.
+- `reconcile_runs(conn)`: the orchestrator's sweep for a running run with no live node and no
+  pending outbox event (a crash in an odd place, an event deleted by hand): the pure dispatcher
+  re-derives its next step from the node states, or finishes/fails it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .. import db
+from ..errors import QueueWorkflowsError
+from ..payloads import check_text
+from . import store
+from .definition import Workflow
+
+log = logging.getLogger(__name__)
+
+_current_run: contextvars.ContextVar[int | None] = contextvars.ContextVar("qw_current_run", default=None)
+
+
+class RunStateError(QueueWorkflowsError, LookupError):
+    """No such run, or the run is not in a state that allows the operation."""
+
+
+def _locked_run(cur: Any, run_id: int) -> dict[str, Any]:
+    if isinstance(run_id, bool) or not isinstance(run_id, int):
+        raise RunStateError(f"run id must be an integer, not {run_id!r}")
+    run = cur.execute(store.q("dag_lock_run"), {"run_id": run_id}).fetchone()
+    if run is None:
+        raise RunStateError(f"no workflow run {run_id}")
+    if run["definition"] is None:
+        raise RunStateError(f"run {run_id} is not a DAG run (it has no definition)")
+    return run
+
+
+@contextmanager
+def _tx(conn: db.Conn | None) -> Iterator[Any]:
+    with db.transaction(conn) as c:
+        with c.transaction() if c.autocommit else nullcontext(), c.cursor(row_factory=dict_row) as cur:
+            yield cur
+
+
+def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, conn: db.Conn | None = None) -> dict[str, Any]:
+    """Cancel a running run. Returns {'run_id', 'cancelled': [node names], 'running': [node names left to finish]}.
+
+    With `conn`, it joins the caller's transaction. RunStateError when the run does not exist
+    or has already ended (completed, failed or cancelled).
+    """
+    if reason is not None:
+        check_text(reason, what="reason", max_chars=200)
+    note = f"cancelled by the operator: {reason}" if reason else "cancelled by the operator"
+    with _tx(conn) as cur:
+        run = _locked_run(cur, run_id)
+        if run["status"] in store.TERMINAL_RUN:
+            raise RunStateError(f"run {run_id} is {run['status']}: only a running run can be cancelled")
+        cur.execute(store.q("dag_cancel_run"), {"run_id": run_id, "reason": note})
+        done = cur.execute(store.q("dag_cancel_open_nodes"), {"run_id": run_id, "reason": note, "hard": bool(hard)}).fetchall()
+        running = cur.execute(
+            "SELECT node_name FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status = 'running' ORDER BY id", {"run_id": run_id}
+        ).fetchall()
+    return {"run_id": run_id, "cancelled": [r["node_name"] for r in done], "running": [r["node_name"] for r in running]}
+
+
+def restart_run(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
+    """Put a failed or cancelled run back to running. Returns {'run_id', 'reset': [names], 'enqueued': [names]}.
+
+    Only failed/cancelled nodes are reset (fresh attempts) and never-run ready nodes enqueued;
+    completed and skipped nodes keep their rows and outputs. RunStateError for a run that is
+    missing, still running, or completed.
+    """
+    with _tx(conn) as cur:
+        run = _locked_run(cur, run_id)
+        if run["status"] not in ("failed", "cancelled"):
+            raise RunStateError(f"run {run_id} is {run['status']}: only a failed or cancelled run can be restarted")
+        wf = Workflow.from_dict(run["definition"])
+        cur.execute(store.q("dag_restart_run"), {"run_id": run_id})  # first: the cancelled-run guard must not fire
+        input_steps = [n.id for n in wf.nodes if n.is_input]
+        reset = cur.execute(store.q("dag_reset_nodes"), {"run_id": run_id, "input_steps": input_steps}).fetchall()
+        step = store.advance_run(cur.connection, run_id)
+    return {"run_id": run_id, "reset": [r["node_name"] for r in reset], "enqueued": list(step.enqueue) if step else []}
+
+
+def reconcile_runs(conn: db.Conn, *, limit: int = 100) -> list[int]:
+    """Advance every stalled running run (no live node, no pending event) once; returns their ids.
+
+    Also cancels not-started leftovers of ended runs. Each run is advanced in a savepoint, so
+    one whose step raises (it is logged) does not stop the others; runs another process holds
+    are skipped this time.
+    """
+    repaired: list[int] = []
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        leftovers = cur.execute(store.q("dag_cancel_leftovers")).fetchall()
+        if leftovers:
+            log.warning("reconcile: cancelled %d not-started node(s) of ended runs", len(leftovers))
+        for row in cur.execute(store.q("dag_stalled_runs"), {"limit": limit}).fetchall():
+            try:
+                with conn.transaction():
+                    step = store.advance_run(conn, row["id"])
+            except psycopg.OperationalError:
+                raise
+            except Exception:  # noqa: BLE001 - one broken run must not stall the sweep
+                log.exception("reconcile: run %s could not be advanced", row["id"])
+                continue
+            if step is not None:
+                log.warning("reconcile: run %s had no live node and no pending event; %s", row["id"], _describe(step))
+                repaired.append(row["id"])
+    return repaired
+
+
+def _describe(step: Any) -> str:
+    parts = [f"{k} {v}" for k, v in (("enqueued", step.enqueue), ("skipped", step.skip), ("cancelled", step.cancel)) if v]
+    if step.run_status:
+        parts.append(f"run {step.run_status}")
+    return ", ".join(parts) or "nothing to do"
+
+
+def run_cancelled(run_id: int, *, conn: db.Conn | None = None) -> bool:
+    """True when the run is cancelled (or gone): the cooperative flag a long node may poll."""
+    with db.transaction(conn) as c:
+        row = c.execute(store.q("dag_run_state"), {"run_id": run_id}).fetchone()
+    return row is None or row["status"] == "cancelled"
+
+
+def cancelled() -> bool:
+    """Inside a DAG node: has its run been cancelled? False outside a node (or for a plain node job)."""
+    run_id = _current_run.get()
+    return run_id is not None and run_cancelled(run_id)
+
+
+@contextmanager
+def running_node(run_id: int | None) -> Iterator[None]:
+    """Set the run `cancelled()` asks about, for the duration of one node invoke."""
+    token = _current_run.set(run_id)
+    try:
+        yield
+    finally:
+        _current_run.reset(token)

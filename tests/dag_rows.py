@@ -1,0 +1,27 @@
+"""Row-level views of a DAG run for the cancel/restart/input tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from procs import query
+
+
+def rows(url: str, run_id: int) -> dict[str, dict]:
+    return {r["node_name"]: r for r in query(url, "SELECT * FROM workflow_node_jobs WHERE run_id = %s", (run_id,))}
+
+
+def states(url: str, run_id: int) -> dict[str, str]:
+    return {name: r["status"] for name, r in rows(url, run_id).items()}
+
+
+def run_row(url: str, run_id: int) -> dict:
+    return query(url, "SELECT * FROM workflow_runs WHERE id = %s", (run_id,))[0]
+
+
+def duplicates(url: str) -> list[dict]:
+    return query(url, "SELECT run_id, node_name, count(*) AS n FROM workflow_node_jobs GROUP BY 1, 2 HAVING count(*) > 1")
+
+
+def executions(url: str) -> Counter:
+    return Counter(r["token"] for r in query(url, "SELECT token FROM test_executions"))
