@@ -78,7 +78,7 @@ def test_cancel_cancels_not_started_nodes_at_once_and_dispatches_nothing_after(d
         cancel_run(999999)
 
 
-def test_no_path_requeues_a_node_of_a_cancelled_run(database_url, conn):
+def test_no_path_requeues_a_node_of_a_cancelled_or_failed_run(database_url, conn):
     wf = Workflow("g").node("retried", f"{N}:echo", max_attempts=3).node("released", f"{N}:echo").node("x", f"{N}:echo")
     run_id = queue_workflows.start_run(wf, {})
     claim(conn, run_id, "retried")
@@ -92,6 +92,14 @@ def test_no_path_requeues_a_node_of_a_cancelled_run(database_url, conn):
     queue_workflows.admin.retry_job(f"node:{ids['x']}")
     conn.execute("INSERT INTO workflow_node_jobs (run_id, node_name, queue) VALUES (%s, 'sneaky', 'cpu')", (run_id,))
     assert set(states(database_url, run_id).values()) == {"cancelled"}
+    assert rows(database_url, run_id)["retried"]["error"] == f"cancelled: run {run_id} is cancelled"
+    # the same for a failed run: a sibling still running when it failed is not retried
+    failed = queue_workflows.start_run(Workflow("f").node("bad", f"{N}:boom", max_attempts=1).node("sib", f"{N}:echo", max_attempts=3), {})
+    claim(conn, failed, "sib")
+    finish(database_url, conn, failed, "bad")
+    assert run_row(database_url, failed)["status"] == "failed"
+    conn.execute("UPDATE workflow_node_jobs SET status = 'scheduled', claimed_by = NULL WHERE run_id = %s AND node_name = 'sib'", (failed,))
+    assert states(database_url, failed) == {"bad": "failed", "sib": "cancelled"}
     assert query(database_url, "SELECT count(*) AS n FROM workflow_node_jobs WHERE status IN ('queued', 'scheduled')") == [{"n": 0}]
 
 

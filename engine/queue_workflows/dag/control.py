@@ -5,8 +5,8 @@
   node is told through the cooperative flag (`cancelled()` / `run_cancelled(run_id)`) and left
   to finish; its result is kept on its row but ignored (the run stays cancelled). `hard=True`
   also cancels running nodes: the status change revokes the job and its worker exits 77.
-  Migration 0014's guard trigger turns any later (re)queue of a cancelled run's node - a retry,
-  a reclaim, a hand-back - into 'cancelled', so nothing of the run is ever claimed again.
+  Migration 0014's guard trigger turns any later (re)queue of a node of a cancelled (or failed)
+  run - a retry, a reclaim, a hand-back - into 'cancelled', so nothing of it is claimed again.
 - `restart_run(run_id)`: a failed or cancelled run goes back to running; its failed and
   cancelled nodes are reset in place (fresh attempts, input steps back to awaiting_input), its
   completed outputs and skipped markers are kept, and the dispatcher enqueues the never-run
@@ -103,15 +103,12 @@ def restart_run(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
 def reconcile_runs(conn: db.Conn, *, limit: int = 100) -> list[int]:
     """Advance every stalled running run (no live node, no pending event) once; returns their ids.
 
-    Also cancels not-started leftovers of ended runs. Each run is advanced in a savepoint, so
+    Each run is advanced in a savepoint, so
     one whose step raises (it is logged) does not stop the others; runs another process holds
     are skipped this time.
     """
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        leftovers = cur.execute(store.q("dag_cancel_leftovers")).fetchall()
-        if leftovers:
-            log.warning("reconcile: cancelled %d not-started node(s) of ended runs", len(leftovers))
         for row in cur.execute(store.q("dag_stalled_runs"), {"limit": limit}).fetchall():
             try:
                 with conn.transaction():

@@ -32,15 +32,19 @@ CREATE TRIGGER workflow_input_submissions_notify
     AFTER INSERT ON workflow_input_submissions FOR EACH ROW
     EXECUTE FUNCTION qw_notify_input_submission();
 
--- No node of a cancelled run is ever (re)queued, whoever writes it: a dispatch, a retry after
--- a failed attempt, the reclaim sweep, a graceful hand-back, an operator retry. The row is
--- cancelled instead, so claims (status = 'queued' only) never see it.
+-- No node of a cancelled (or failed) run is ever (re)queued, whoever writes it: a dispatch, a
+-- retry after a failed attempt, the reclaim sweep, a graceful hand-back, an operator retry. The
+-- row is cancelled instead, so claims (status = 'queued' only) never see it. restart_run puts
+-- the run back to 'running' first, so its own resets pass.
 CREATE FUNCTION qw_cancelled_run_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    run_status text;
 BEGIN
-    IF EXISTS (SELECT 1 FROM workflow_runs WHERE id = NEW.run_id AND status = 'cancelled') THEN
+    SELECT status INTO run_status FROM workflow_runs WHERE id = NEW.run_id;
+    IF run_status IN ('cancelled', 'failed') THEN
         NEW.status := 'cancelled';
-        NEW.error := coalesce(NEW.error, format('cancelled: run %s was cancelled', NEW.run_id));
+        NEW.error := format('cancelled: run %s is %s', NEW.run_id, run_status);
         NEW.finished_at := now();
         NEW.claimed_by := NULL;
         NEW.claim_lock_key := NULL;

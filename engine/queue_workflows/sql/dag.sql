@@ -117,16 +117,6 @@ SELECT r.id
  LIMIT %(limit)s
    FOR UPDATE OF r SKIP LOCKED;
 
--- name: dag_cancel_leftovers
--- Not-started nodes of an ended run (a sibling retried after its run failed, say): cancelled.
-UPDATE workflow_node_jobs j
-   SET status = 'cancelled', error = format('cancelled: run %%s is %%s', r.id, r.status),
-       finished_at = now(), updated_at = now()
-  FROM workflow_runs r
- WHERE j.run_id = r.id AND r.status IN ('failed', 'cancelled')
-   AND j.status IN ('scheduled', 'queued', 'awaiting_input')
-RETURNING j.id;
-
 -- name: dag_run_state
 SELECT status FROM workflow_runs WHERE id = %(run_id)s;
 
