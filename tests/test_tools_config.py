@@ -209,3 +209,12 @@ def test_claim_worker_main_in_a_host_process_logs_to_stderr(app_dir, database_ur
     done = _run([sys.executable, "-c", script], app_dir, _env(database_url, QW_APP=""))
     assert done.returncode == 0, done.stderr
     assert "ready on queue 'hydro'" in done.stderr and f"job {job_id} completed" in done.stderr, done.stderr
+
+
+def test_queue_worker_control_uses_the_apps_database_and_queues(app_dir, database_url):
+    done = _run([_script("queue-worker-control"), "--queue", "hydro", "--off", "--host", "box"], app_dir, _env(database_url))
+    assert done.returncode == 0 and "box/hydro: OFF (hard)" in done.stdout, done.stderr
+    again = _run([_script("queue-worker-control"), "--app", APP, "--queue", "hydro", "--on", "--host", "box"], app_dir, _env(database_url, QW_APP=""))
+    assert again.returncode == 0 and "box/hydro: ON" in again.stdout, again.stderr
+    rows = query(database_url, "SELECT desired_state FROM worker_controls WHERE host_label = 'box' AND queue = 'hydro'")
+    assert rows == [{"desired_state": "on"}]

@@ -19,14 +19,10 @@ import getpass
 import json
 import logging
 import socket
-import sys
 from collections.abc import Sequence
 
-import psycopg
-
-from . import config, node_queue
+from . import app_loader, node_queue
 from .control.api import POLICIES, desired_state_for, disable_worker, enable_worker, list_controls
-from .errors import QueueWorkflowsError
 
 __all__ = ["desired_state_for", "disable_worker", "enable_worker", "list_controls", "main"]
 
@@ -44,27 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --off: hard = requeue the running job and exit (default); park = finish it first")
     parser.add_argument("--reason", default=None, help="a note kept with the switch")
     parser.add_argument("--json", action="store_true", help="print the resulting row as JSON")
+    parser.add_argument("--app", default=None, help="application module imported first; its configure() applies (default: QW_APP)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        settings = config.current().settings
-        if args.queue not in node_queue.NODE_QUEUES:
-            node_queue.check_ingest_queue(args.queue)
-        host = args.host or settings.host_label
-        who = f"{getpass.getuser()}@{socket.gethostname()}"
-        if args.off:
-            row = disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
-        else:
-            row = enable_worker(host, args.queue, requested_by=who, reason=args.reason)
-    except QueueWorkflowsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.Error as exc:
-        print(f"error: database: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}", file=sys.stderr)
-        return 1
+    return app_loader.run_tool(lambda: _switch(args))
+
+
+def _switch(args: argparse.Namespace) -> int:
+    settings = app_loader.load_app(args.app).config.settings  # the app's configure() decides the database
+    if args.queue not in node_queue.NODE_QUEUES:
+        node_queue.check_ingest_queue(args.queue)
+    host = args.host or settings.host_label
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    if args.off:
+        row = disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
+    else:
+        row = enable_worker(host, args.queue, requested_by=who, reason=args.reason)
     if args.json:
         print(json.dumps(row, default=str, sort_keys=True))
     else:
