@@ -218,3 +218,15 @@ def test_queue_worker_control_uses_the_apps_database_and_queues(app_dir, databas
     assert again.returncode == 0 and "box/hydro: ON" in again.stdout, again.stderr
     rows = query(database_url, "SELECT desired_state FROM worker_controls WHERE host_label = 'box' AND queue = 'hydro'")
     assert rows == [{"desired_state": "on"}]
+
+
+def test_qw_dev_serves_the_app_on_its_own_database_and_exits_when_done(app_dir, database_url, tmp_path):
+    for n in range(2):
+        _enqueue_hydro(database_url, n)
+    done = _run([_script("qw"), "dev", "--exit-when-done", "--timeout", "60"], app_dir,
+                _env(database_url, QW_DATA_DIR=str(tmp_path / "never")), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing left to run" in done.stdout and "embedded" not in done.stdout, done.stdout
+    assert not (tmp_path / "never").exists(), "no embedded Postgres when the app names its database"
+    rows = query(database_url, "SELECT status, count(*) AS n FROM ingest_jobs WHERE queue = 'hydro' GROUP BY status")
+    assert rows == [{"status": "completed", "n": 2}], rows

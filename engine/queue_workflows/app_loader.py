@@ -88,13 +88,14 @@ def app_module(explicit: str | None = None) -> str | None:
         return os.environ.get("QW_APP") or None
 
 
-def load_app(explicit: str | None = None) -> LoadedApp:
-    """Import the app first, then read the configuration it left (database URL checked)."""
+def load_app(explicit: str | None = None, *, need_database: bool = True) -> LoadedApp:
+    """Import the app first, then read the configuration it left (database URL checked unless not needed yet)."""
     ensure_cwd_on_path()
     module = app_module(explicit)
     import_app(module)
     cfg = config.current()
-    cfg.database_url()
+    if need_database:
+        cfg.database_url()
     return LoadedApp(cfg, module)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from psycopg import sql
 
 import queue_workflows
-from queue_workflows import app_loader, db, scheduler
+from queue_workflows import ConfigError, app_loader, db, scheduler
 from queue_workflows.settings import load_settings
 
 from .cli import status_data
@@ -93,10 +93,12 @@ class ScheduleWatch:
                       f"({row['last_kind']} {row['last_slot']}); next {row['next_fire']}", flush=True)
 
 
-def _database_url(data_dir: Any) -> tuple[str, Any]:
-    url = os.environ.get("QW_DATABASE_URL")
-    if url:
-        return url, None
+def _database_url(data_dir: Any, app_config: Any) -> tuple[str, Any]:
+    """The app's own database when it names one (its db_url_env, else QW_DATABASE_URL); else an embedded one."""
+    try:
+        return app_config.database_url(), None
+    except ConfigError:
+        pass
     from .embedded import start_embedded_postgres
 
     return start_embedded_postgres(data_dir)
@@ -113,12 +115,12 @@ def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
     return totals
 
 
-def _announce_database(url: str, embedded: bool) -> None:
+def _announce_database(url: str, embedded: bool, app: str) -> None:
     if embedded:
         print(f"qw dev: embedded Postgres at {url}", flush=True)
-        print(f"qw dev: from another terminal: QW_DATABASE_URL='{url}' qw status", flush=True)
+        print(f"qw dev: from another terminal: QW_DATABASE_URL='{url}' QW_APP={app} qw status", flush=True)
     else:
-        print("qw dev: using the database in QW_DATABASE_URL", flush=True)
+        print("qw dev: using the application's configured database", flush=True)
 
 
 def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = None) -> int:
@@ -126,12 +128,15 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
     setup_logging("qw-dev")
     settings = load_settings()
     app = app or settings.app or DEMO_APP
-    url, server = _database_url(settings.data_dir)
-    os.environ.update(QW_DATABASE_URL=url, QW_APP=app)
+    os.environ["QW_APP"] = app
+    queue_workflows.config.reset()
+    # An app's configure() may name its own database variable; an embedded one is started below otherwise.
+    config = app_loader.load_app(app, need_database=False).config
+    url, server = _database_url(settings.data_dir, config)
+    # Children import the app again and read its variable: point it (and QW_DATABASE_URL) at `url`.
+    os.environ.update({config.db_url_env: url, "QW_DATABASE_URL": url})
     env = dict(os.environ)
-    queue_workflows.config.reset()  # the environment changed under the settings read above
-    config = app_loader.load_app(app).config
-    _announce_database(url, embedded=server is not None)
+    _announce_database(url, embedded=server is not None, app=app)
 
     supervisor = Supervisor(env, grace=config.settings.shutdown_grace_seconds + 5)
     stopping = on_stop_signals(lambda: None)
@@ -145,13 +150,7 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
     try:
         db.wait_for_schema(timeout=60, stop=stopping)
         if app != DEMO_APP:
-            print(f"qw dev: serving {app} on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
-            while not stopping.is_set():
-                supervisor.check()
-                if watch is not None:
-                    watch.poll()
-                stopping.wait(1.0)
-            return 0
+            return _serve_app(supervisor, stopping, app, queues, watch, exit_when_done=exit_when_done, timeout=timeout)
         return _run_demo(supervisor, stopping, queues, watch, jobs=jobs, exit_when_done=exit_when_done, timeout=timeout)
     finally:
         print(f"qw dev: stopping workers{', scheduler' if watch is not None else ''} and orchestrator", flush=True)
@@ -160,6 +159,30 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
         if server is not None:
             print("qw dev: stopping embedded Postgres", flush=True)
             server._cleanup()  # stop now rather than at interpreter exit
+
+
+def _serve_app(
+    supervisor: Supervisor, stopping: threading.Event, app: str, queues: list[str], watch: ScheduleWatch | None,
+    *, exit_when_done: bool, timeout: float,
+) -> int:
+    """Serve the app's own queues; with --exit-when-done, stop once nothing is left to run."""
+    print(f"qw dev: serving {app} on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
+    started = time.monotonic()
+    while not stopping.is_set():
+        supervisor.check()
+        if watch is not None:
+            watch.poll()
+        if exit_when_done:
+            data = status_data()
+            pending = sum(c["queued"] + c["running"] + c["scheduled"] for family in ("node", "ingest") for c in data[family].values())
+            if pending == 0:
+                print("qw dev: nothing left to run", flush=True)
+                return 0
+            if time.monotonic() - started > timeout:
+                print(f"qw dev: {pending} job(s) still pending after {timeout:.0f}s", flush=True)
+                return 1
+        stopping.wait(1.0)
+    return 0
 
 
 def _run_demo(
