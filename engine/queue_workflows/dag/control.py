@@ -54,7 +54,8 @@ def _locked_run(cur: Any, run_id: int) -> dict[str, Any]:
 
 
 @contextmanager
-def _tx(conn: db.Conn | None) -> Iterator[Any]:
+def write_cursor(conn: db.Conn | None) -> Iterator[Any]:
+    """A dict-row cursor in the caller's transaction (`conn`), or in one of its own that commits on exit."""
     with db.transaction(conn) as c:
         with c.transaction() if c.autocommit else nullcontext(), c.cursor(row_factory=dict_row) as cur:
             yield cur
@@ -69,7 +70,7 @@ def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, co
     if reason is not None:
         check_text(reason, what="reason", max_chars=200)
     note = f"cancelled by the operator: {reason}" if reason else "cancelled by the operator"
-    with _tx(conn) as cur:
+    with write_cursor(conn) as cur:
         run = _locked_run(cur, run_id)
         if run["status"] in store.TERMINAL_RUN:
             raise RunStateError(f"run {run_id} is {run['status']}: only a running run can be cancelled")
@@ -88,7 +89,7 @@ def restart_run(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
     completed and skipped nodes keep their rows and outputs. RunStateError for a run that is
     missing, still running, or completed.
     """
-    with _tx(conn) as cur:
+    with write_cursor(conn) as cur:
         run = _locked_run(cur, run_id)
         if run["status"] not in ("failed", "cancelled"):
             raise RunStateError(f"run {run_id} is {run['status']}: only a failed or cancelled run can be restarted")

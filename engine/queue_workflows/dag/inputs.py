@@ -25,7 +25,7 @@ from .. import config, db
 from ..errors import InvalidPayloadError, QueueWorkflowsError
 from ..payloads import json_object
 from . import store
-from .control import _tx
+from .control import write_cursor
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def submit_input(run_id: int, node_name: str, value: Any, *, conn: db.Conn | Non
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"an input value must be a JSON object (it becomes the node's output), not {type(value).__name__}")
     payload = json_object(value, what="input value", max_bytes=config.current().settings.max_payload_bytes)
-    with _tx(conn) as cur:
+    with write_cursor(conn) as cur:
         run = cur.execute(store.q("dag_get_run"), {"run_id": run_id}).fetchone()
         _check_awaited(cur, run, run_id, node_name)
         row = cur.execute(store.q("dag_insert_submission"), {"run_id": run_id, "node_name": node_name, "value": payload}).fetchone()
