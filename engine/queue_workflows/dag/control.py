@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -139,16 +140,32 @@ def run_cancelled(run_id: int, *, conn: db.Conn | None = None) -> bool:
     return row is None or row["status"] == "cancelled"
 
 
+_checked: dict[int, tuple[float, bool]] = {}  # run id -> (monotonic time of the last look, cancelled)
+CHECK_EVERY = 0.25
+
+
 def cancelled() -> bool:
-    """Inside a DAG node: has its run been cancelled? False outside a node (or for a plain node job)."""
+    """Inside a DAG node: has its run been cancelled? False outside a node (or for a plain node job).
+
+    Cheap to poll in a loop: the database is asked at most every 0.25 s, and within one invoke a yes is final.
+    """
     run_id = _current_run.get()
-    return run_id is not None and run_cancelled(run_id)
+    if run_id is None:
+        return False
+    now = time.monotonic()
+    seen = _checked.get(run_id)
+    if seen is not None and (seen[1] or now - seen[0] < CHECK_EVERY):
+        return seen[1]
+    value = run_cancelled(run_id)
+    _checked[run_id] = (now, value)
+    return value
 
 
 @contextmanager
 def running_node(run_id: int | None) -> Iterator[None]:
     """Set the run `cancelled()` asks about, for the duration of one node invoke."""
     token = _current_run.set(run_id)
+    _checked.clear()  # each invoke asks afresh (a restarted run is no longer cancelled)
     try:
         yield
     finally:
