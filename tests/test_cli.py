@@ -25,8 +25,8 @@ def test_status_table_and_migrate(scratch_database_url, capsys, monkeypatch):
     assert f"applied: {[m.version for m in db.discover()]}" in capsys.readouterr().out
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["family", "queue", "scheduled", "queued", "running", "completed", "failed", "workers"]
-    assert ["ingest", "fetch", "0", "0", "0", "0", "0", "0"] in [line.split() for line in out.splitlines()], out
+    assert out.splitlines()[0].split() == ["family", "queue", "scheduled", "queued", "running", "completed", "failed", "workers", "oldest"]
+    assert ["ingest", "fetch", "0", "0", "0", "0", "0", "0", "-"] in [line.split() for line in out.splitlines()], out
     assert cli.main(["migrate", "--to", "3"]) == 0
     assert f"reverted: {[m.version for m in reversed(db.discover()) if m.version > 3]}" in capsys.readouterr().out
 

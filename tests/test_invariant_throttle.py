@@ -33,7 +33,7 @@ def test_hysteresis_with_injected_readings(caplog):
 
 
 def test_marks_that_would_flap_are_rejected():
-    with pytest.raises(ConfigError, match="memory_resume_percent"):
+    with pytest.raises(ConfigError, match="QW_MEMORY_RESUME_PERCENT"):
         load_settings(memory_throttle_percent=80, memory_resume_percent=85)
 
 

@@ -87,3 +87,9 @@ def test_wait_for_schema_returns_once_ready_and_times_out_clearly(scratch_databa
 
 def test_every_migration_has_a_down_file():
     assert all(m.down is not None for m in db.discover())
+
+
+def test_a_downgrade_above_the_latest_version_is_refused(scratch_database_url):
+    db.bootstrap(url=scratch_database_url)
+    with pytest.raises(MigrationError, match=f"the latest migration is {ALL[-1]}"):
+        db.downgrade(ALL[-1] + 1, url=scratch_database_url)

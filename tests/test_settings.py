@@ -31,7 +31,7 @@ def test_host_label_defaults_to_the_hostname(monkeypatch):
         ("QW_HOST_LABEL", "bad host/name", "QW_HOST_LABEL"),
         ("QW_CLAIM_ORDER", "random", "QW_CLAIM_ORDER"),
         ("QW_INGEST_QUEUES", "fetch,CPU!", "QW_INGEST_QUEUES"),
-        ("QW_LEASE_RENEW_SECONDS", "45", "lease_renew_seconds"),
+        ("QW_LEASE_RENEW_SECONDS", "45", "QW_LEASE_RENEW_SECONDS .45. must be shorter than QW_LEASE_SECONDS"),
     ],
 )
 def test_a_bad_value_is_a_clear_error_naming_the_variable(monkeypatch, var, value, message):

@@ -101,8 +101,8 @@ def test_qw_status_shows_the_apps_queues_from_its_own_db_variable(app_dir, datab
     table = _run([_script("qw"), "status"], app_dir, _env(database_url))
     assert table.returncode == 0, table.stderr
     rows = [line.split() for line in table.stdout.splitlines()]
-    assert rows[0] == ["family", "queue", "scheduled", "queued", "running", "completed", "failed", "workers"], table.stdout
-    assert ["ingest", "hydro", "0", "1", "0", "0", "0", "0"] in rows, table.stdout
+    assert rows[0] == ["family", "queue", "scheduled", "queued", "running", "completed", "failed", "workers", "oldest"], table.stdout
+    assert ["ingest", "hydro", "0", "1", "0", "0", "0", "0"] == [r for r in rows if r[:2] == ["ingest", "hydro"]][0][:8], table.stdout
     # --app works as a global option and after the subcommand, without QW_APP.
     for argv in (["--app", APP, "status", "--json"], ["status", "--json", "--app", APP]):
         done = _run([_script("qw"), *argv], app_dir, _env(database_url, QW_APP=""))

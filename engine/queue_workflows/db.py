@@ -159,6 +159,9 @@ def downgrade(
     url: str | None = None,
 ) -> list[int]:
     """Reverse applied migrations above `to_version`, newest first; returns the versions removed."""
+    latest = latest_version(migrations_dir)
+    if isinstance(to_version, int) and not isinstance(to_version, bool) and to_version > latest:
+        raise MigrationError(f"cannot downgrade to {to_version}: the latest migration is {latest}")
     if not isinstance(to_version, int) or to_version < 0:
         raise MigrationError(f"to_version must be a non-negative integer, not {to_version!r}")
     table = _check_version_table(version_table)

@@ -136,13 +136,13 @@ class Settings(BaseSettings):
     def _check_lease(self) -> "Settings":
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError(
-                f"lease_renew_seconds ({self.lease_renew_seconds}) must be shorter than "
-                f"lease_seconds ({self.lease_seconds}) or every lease lapses before renewal"
+                f"QW_LEASE_RENEW_SECONDS ({self.lease_renew_seconds:g}) must be shorter than "
+                f"QW_LEASE_SECONDS ({self.lease_seconds:g}) or every lease lapses before renewal"
             )
         for kind in ("memory", "gpu", "swap"):
             high, low = getattr(self, f"{kind}_throttle_percent"), getattr(self, f"{kind}_resume_percent")
             if low >= high:
-                raise ValueError(f"{kind}_resume_percent ({low:g}) must be below {kind}_throttle_percent ({high:g}), or the throttle flaps")
+                raise ValueError(f"QW_{kind.upper()}_RESUME_PERCENT ({low:g}) must be below QW_{kind.upper()}_THROTTLE_PERCENT ({high:g}), or the throttle flaps")
         if self.schedule_time_scale != 1.0 and self.schedule_time_origin is None:
             raise ValueError("schedule_time_scale (test-only) needs schedule_time_origin, the instant both clocks agree on")
         return self

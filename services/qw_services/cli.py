@@ -28,8 +28,7 @@ def _status(as_json: bool) -> int:
     if as_json:
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
         return 0
-    print_table(status_table({"node": data["node"], "ingest": data["ingest"]}))
-    print_table(ops.queues_table(admin.queue_overview()))
+    print_table(status_table({"node": data["node"], "ingest": data["ingest"]}, oldest=data["oldest_queued_s"]))
     if data["workers"]:
         print_table(ops.workers_table(data["workers"]))
     for w in data["workers"]:

@@ -20,7 +20,7 @@ from rich.table import Table
 from queue_workflows import InvalidNameError, InvalidPayloadError, admin, node_queue, run_status, worker_control
 from queue_workflows.errors import UnknownQueueError
 
-from .tables import print_table
+from .tables import age, print_table
 
 EXIT_NOT_FOUND = 3
 COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers", "runs", "run")
@@ -75,6 +75,8 @@ def _run(args: argparse.Namespace, host_label: str) -> int:
     if args.command == "workers":
         return _show(admin.worker_list(), args.json, workers_table)
     if args.command == "jobs":
+        if args.queue is not None and args.queue not in node_queue.NODE_QUEUES:
+            node_queue.check_ingest_queue(args.queue)
         return _show(admin.list_jobs(args.queue, args.status, args.limit), args.json, jobs_table)
     if args.command == "job":
         detail = admin.job_detail(args.ref)
@@ -108,6 +110,9 @@ def _switch(args: argparse.Namespace, host_label: str) -> int:
         node_queue.check_ingest_queue(args.queue)
     host = args.host or host_label
     who = f"{getpass.getuser()}@{socket.gethostname()}"
+    if not any(w["host_label"] == host for w in admin.worker_list()):
+        print(f"warning: no worker on host {host!r} has a heartbeat row; is the host label right? (the switch is kept for when it starts)",
+              file=sys.stderr)
     if args.switch == "off":
         row = worker_control.disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
     else:
@@ -145,14 +150,6 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
-
-
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
@@ -161,15 +158,10 @@ def workers_table(rows: list[dict[str, Any]]) -> Table:
     table = _table("host", "queue", "pid", "state", "job", "last seen", "connected", "flag")
     for r in rows:
         flag = "DEAD?" if r["last_flagged_dead_at"] else ""
-        table.add_row(r["host_label"], r["queue"], str(r["pid"]), r["state"], str(r["current_job_id"] or "-"),
-                      _age(r["last_seen_s"]), "yes" if r["connected"] else "no", flag)
-    return table
-
-
-def queues_table(rows: list[dict[str, Any]]) -> Table:
-    table = _table("family", "queue", "scheduled", "queued", "running", "completed", "failed", "oldest queued")
-    for r in rows:
-        table.add_row(r["family"], r["queue"], *(str(r[s]) for s in ("scheduled", "queued", "running", "completed", "failed")), _age(r["oldest_queued_s"]))
+        # A worker no session speaks for is gone (its row awaits pruning): its last state is history.
+        state = r["state"] if r["connected"] else "gone"
+        job = str(r["current_job_id"]) if r["connected"] and r["state"] == "busy" and r["current_job_id"] else "-"
+        table.add_row(r["host_label"], r["queue"], str(r["pid"]), state, job, age(r["last_seen_s"]), "yes" if r["connected"] else "no", flag)
     return table
 
 

@@ -13,17 +13,30 @@ from rich.table import Table
 STATUS_COLUMNS = ("scheduled", "queued", "running", "completed", "failed", "workers")
 
 
-def status_table(families: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Table:
-    """One row per (family, queue): job counts by status and live workers."""
+def status_table(families: Mapping[str, Mapping[str, Mapping[str, Any]]], oldest: Mapping[str, float | None] | None = None) -> Table:
+    """One row per (family, queue): job counts by status, live workers, and (when given) the oldest queued job's age."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("family", no_wrap=True)
     table.add_column("queue", no_wrap=True)
     for column in STATUS_COLUMNS:
         table.add_column(column, justify="right", no_wrap=True)
+    if oldest is not None:
+        table.add_column("oldest", justify="right", no_wrap=True)
     for family, queues in families.items():
         for queue, counts in queues.items():
-            table.add_row(family, queue, *(str(counts.get(column, 0)) for column in STATUS_COLUMNS))
+            cells = [str(counts.get(column, 0)) for column in STATUS_COLUMNS]
+            if oldest is not None:
+                cells.append(age(oldest.get(queue)))
+            table.add_row(family, queue, *cells)
     return table
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
 
 
 SCHEDULE_COLUMNS = ("name", "task", "queue", "cron", "timezone", "catch_up", "boot", "next_fire", "last_slot", "last_kind", "last_job_id")
