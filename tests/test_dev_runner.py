@@ -123,3 +123,31 @@ def test_an_unreachable_database_is_one_clear_line_not_a_traceback(tmp_path):
         assert done.returncode == 1, done.stderr
         assert "Traceback" not in done.stderr and "error: " in done.stderr, done.stderr
     assert "schema did not reach version" in worker.stderr and "127.0.0.1" in worker.stderr
+
+
+@pytest.mark.multiprocess
+def test_a_killed_qw_dev_takes_its_children_with_it_and_the_next_run_cleans_up(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qw_services.cli", "dev", "--jobs", "1"],
+        env=_dev_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        wait_until(lambda: _summary(lines), timeout=90, what="the demo's summary table")
+        children = [c for c in psutil.Process(proc.pid).children(recursive=True) if "qw_services" in " ".join(c.cmdline())]
+        assert children
+        proc.kill()  # no chance to clean up: only the kernel's parent-death signal reaches the children
+        proc.wait(timeout=10)
+        wait_until(lambda: not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], timeout=30, what="children gone")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    again = subprocess.run(
+        [sys.executable, "-m", "qw_services.cli", "dev", "--jobs", "1", "--exit-when-done"],
+        env=_dev_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "did not stop cleanly" in again.stderr, again.stderr
+    wait_until(lambda: not _postgres_running_under(tmp_path / "qwdata"), timeout=20, what="embedded Postgres stopped by the next run")

@@ -54,7 +54,7 @@ class Supervisor:
         self._start(child)
 
     def _start(self, child: Child) -> None:
-        child.proc = subprocess.Popen(child.argv, env=self.env)
+        child.proc = subprocess.Popen(child.argv, env=self.env, preexec_fn=_die_with_parent)
         log.info("started %s (pid %d)", child.role, child.proc.pid)
 
     def check(self) -> None:
@@ -76,6 +76,16 @@ class Supervisor:
                 log.warning("pid %d did not stop in %.0fs; killing it", proc.pid, self.grace)
                 proc.kill()
                 proc.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when `qw dev` dies, however it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class ScheduleWatch:
@@ -140,6 +150,7 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
 
     supervisor = Supervisor(env, grace=config.settings.shutdown_grace_seconds + 5)
     stopping = on_stop_signals(lambda: None)
+    signal.signal(signal.SIGHUP, lambda *_: stopping.set())  # a closed terminal stops everything too
     supervisor.add("orchestrator", "qw_services.orchestrator")
     queues = ["cpu", "gpu", *sorted(config.settings.ingest_queues)]  # gpu: node jobs run on the CPU here
     for queue in queues:
