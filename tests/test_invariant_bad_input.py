@@ -100,3 +100,26 @@ def test_task_signatures_are_checked_at_registration():
         register_ingest_task("three", lambda a, b, c: {})
     with pytest.raises(TypeError, match="not callable"):
         register_ingest_task("notfn", "run")  # type: ignore[arg-type]
+
+
+def test_library_calls_on_a_missing_or_unmigrated_database_fail_at_once_and_clearly(scratch_database_url, pg_server_url):
+    import time
+
+    import queue_workflows
+    from queue_workflows import ConfigError, SchemaNotReadyError, db, node_queue, register_ingest_task
+    from queue_workflows.testing import create_database, drop_database
+
+    queue_workflows.configure(database_url=scratch_database_url, ingest_queues=frozenset({"fetch"}))
+    register_ingest_task("t", lambda reason: {})
+    with pytest.raises(SchemaNotReadyError, match="schema is missing; run `qw migrate`"):
+        node_queue.enqueue_ingest_job("t", "fetch")
+    db.close_pools()
+
+    missing = create_database(pg_server_url, "qw_gone")
+    drop_database(pg_server_url, missing)
+    queue_workflows.configure(database_url=missing, ingest_queues=frozenset({"fetch"}))
+    register_ingest_task("t", lambda reason: {})
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="does not exist"):
+        node_queue.enqueue_ingest_job("t", "fetch")
+    assert time.monotonic() - started < 5, "no pool timeout"

@@ -46,6 +46,12 @@ def pool() -> ConnectionPool[Conn]:
     with _pools_lock:
         existing = _pools.get(url)
         if existing is None:
+            # One direct connection first: a missing database is one clear error now, not a
+            # pool that retries in the background until its 30 s checkout timeout.
+            try:
+                connect(url=url).close()
+            except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+                raise connect_error(exc) from None
             existing = ConnectionPool(
                 url,
                 connection_class=psycopg.Connection[dict[str, Any]],
@@ -70,11 +76,14 @@ def close_pools() -> None:
 @contextmanager
 def transaction(conn: Conn | None = None) -> Iterator[Conn]:
     """Use the caller's connection as is (its transaction, its commit), or a pooled one that commits on exit."""
-    if conn is not None:
-        yield conn
-        return
-    with pool().connection() as pooled:
-        yield pooled
+    try:
+        if conn is not None:
+            yield conn
+            return
+        with pool().connection() as pooled:
+            yield pooled
+    except psycopg.errors.UndefinedTable as exc:
+        raise SchemaNotReadyError(f"{str(exc).strip().splitlines()[0]}: the queue_workflows schema is missing; {MIGRATE_HINT}") from exc
 
 
 @dataclass(frozen=True)
