@@ -164,10 +164,12 @@ def _missing_database_url(pg_server_url: str) -> str:
     return make_conninfo(**{**conninfo_to_dict(pg_server_url), "dbname": "qw_no_such_database"})
 
 
-@pytest.mark.parametrize("case", ["malformed", "missing", "unmigrated"])
+@pytest.mark.parametrize("case", ["malformed", "bad option", "missing", "unmigrated"])
 def test_a_bad_database_is_one_line_and_exit_2(case, app_dir, pg_server_url, scratch_database_url):
-    url = {"malformed": "postgres//me:s3cret@db/app", "missing": _missing_database_url(pg_server_url), "unmigrated": scratch_database_url}[case]
-    expected = {"malformed": "not a valid Postgres DSN", "missing": "'qw_no_such_database' does not exist", "unmigrated": "run `qw migrate`"}[case]
+    url = {"malformed": "postgres//me:s3cret@db/app", "bad option": scratch_database_url + " sslmode=bogus password=s3cret",
+           "missing": _missing_database_url(pg_server_url), "unmigrated": scratch_database_url}[case]
+    expected = {"malformed": "not a valid Postgres DSN", "bad option": 'invalid sslmode value: "bogus"',
+                "missing": "'qw_no_such_database' does not exist", "unmigrated": "run `qw migrate`"}[case]
     tools = [[_script("qw"), "status"]]
     if case != "unmigrated":  # on an unmigrated database the orchestrator migrates and a worker waits (next test)
         tools += [[sys.executable, "-m", "queue_workflows.orchestrator"], [_script("queue-claim-worker"), "--queue", "hydro"]]

@@ -304,6 +304,11 @@ def _parse_dsn(url: str) -> tuple[dict[str, Any], str]:
     return params, f"port {port!r} is not a number" if bad_port else ""
 
 
+# libpq's own complaints about an option's value ("invalid sslmode value", "invalid integer value
+# ... for connection option", "invalid port number", ...), raised before any network traffic.
+_BAD_OPTION = re.compile(r"invalid (\w+ )?value|invalid port number|invalid connection option|unrecognized (\w+ )?value|invalid \w+ value")
+
+
 def connect_error(exc: BaseException, *, url: str | None = None) -> QueueWorkflowsError:
     """The one-line error, naming cause and fix, for a failure to connect to Postgres.
 
@@ -329,6 +334,8 @@ def connect_error(exc: BaseException, *, url: str | None = None) -> QueueWorkflo
     where = f"{host}:{params.get('port') or 5432}" if host and not host.startswith("/") else f"socket {host or '(default)'}"
     dbname = str(params.get("dbname") or params.get("user") or "postgres")
     text = _one_line(exc)
+    if _BAD_OPTION.search(text):  # libpq refused an option before connecting: no wait will cure it
+        return ConfigError(f"{source}: not a valid Postgres DSN ({text}); fix that option")
     fatal = text.split("FATAL:", 1)[1].strip() if "FATAL:" in text else ""
     lowered = fatal.lower()
     if fatal and "database" in lowered and "does not exist" in lowered:
