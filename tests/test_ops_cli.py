@@ -103,3 +103,24 @@ def test_runs_and_run(env, capsys):
     with pytest.raises(SystemExit) as bad:  # argparse refuses an unknown status itself
         cli.main(["runs", "--status", "bogus"])
     assert bad.value.code == 2
+
+
+def test_cancel_restart_and_input_for_runs(env, capsys):
+    from queue_workflows import run_status, start_run
+
+    waiting = start_run({"name": "approval", "nodes": [{"id": "approve", "kind": "input"}]}, {})
+    assert cli.main(["input", str(waiting), "approve", "--value", "not json"]) == 2
+    assert "--value is not JSON" in capsys.readouterr().err
+    assert cli.main(["input", str(waiting), "nope", "--value", "{}"]) == 3
+    submitted = _json(capsys, ["input", str(waiting), "approve", "--value", '{"approved": true}'])
+    assert submitted["run_id"] == waiting and submitted["submission"] > 0
+
+    run_id = start_run({"name": "pair", "nodes": [{"id": "first", "call": "qw_test_nodes"}]}, {})
+    assert cli.main(["cancel", f"run:{run_id}", "--reason", "wrong input"]) == 0
+    assert f"run {run_id}: cancelled" in capsys.readouterr().out
+    assert run_status(run_id)["status"] == "cancelled"
+    assert cli.main(["cancel", f"run:{run_id}"]) == 3, "already ended"
+    assert cli.main(["cancel", "run:x"]) == 2
+    assert _json(capsys, ["restart", str(run_id)])["run_id"] == run_id
+    assert run_status(run_id)["status"] == "running" and run_status(run_id)["nodes"]["first"]["status"] == "queued"
+    assert cli.main(["restart", "999"]) == 3

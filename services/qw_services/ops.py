@@ -17,13 +17,14 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from queue_workflows import InvalidNameError, InvalidPayloadError, admin, node_queue, run_status, worker_control
+from queue_workflows import InvalidNameError, InvalidPayloadError, admin, cancel_run, node_queue, restart_run, run_status, submit_input, worker_control
+from queue_workflows.dag import InputNotAwaitedError, RunStateError
 from queue_workflows.errors import UnknownQueueError
 
 from .tables import age, print_table
 
 EXIT_NOT_FOUND = 3
-COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers", "runs", "run")
+COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers", "runs", "run", "restart", "input")
 
 
 def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -37,9 +38,10 @@ def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     job = sub.add_parser("job", parents=parents, help="one job: its row and its event history (ID, ingest:ID or node:ID)")
     job.add_argument("ref")
     job.add_argument("--json", action="store_true")
-    cancel = sub.add_parser("cancel", parents=parents, help="cancel a scheduled, queued or running job")
+    cancel = sub.add_parser("cancel", parents=parents, help="cancel a job (ID, ingest:ID, node:ID) or a workflow run (run:ID)")
     cancel.add_argument("ref")
     cancel.add_argument("--reason", default=None)
+    cancel.add_argument("--hard", action="store_true", help="run:ID only: also stop its running nodes now (their workers exit 77)")
     cancel.add_argument("--json", action="store_true")
     retry = sub.add_parser("retry", parents=parents, help="put a failed or cancelled job back with fresh attempts")
     retry.add_argument("ref")
@@ -51,6 +53,14 @@ def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", parents=parents, help="one workflow run: every node's state, attempts and output")
     run.add_argument("run_id", type=int)
     run.add_argument("--json", action="store_true")
+    restart = sub.add_parser("restart", parents=parents, help="restart a failed or cancelled run: only its unfinished nodes run again")
+    restart.add_argument("run_id", type=int)
+    restart.add_argument("--json", action="store_true")
+    given = sub.add_parser("input", parents=parents, help="answer a run's input step with a JSON object")
+    given.add_argument("run_id", type=int)
+    given.add_argument("node")
+    given.add_argument("--value", required=True, help='a JSON object, e.g. \'{"approved": true}\'')
+    given.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker", parents=parents, help="turn one (host, queue) worker on or off")
     worker.add_argument("switch", choices=("on", "off"))
     worker.add_argument("--queue", required=True)
@@ -98,8 +108,18 @@ def _run(args: argparse.Namespace, host_label: str) -> int:
         print(f"run {status['id']} ({status['workflow_name']}): {status['status']}" + (f" - {status['error']}" if status["error"] else ""))
         print_table(nodes_table(status["nodes"]))
         return 0
+    if args.command == "cancel" and args.ref.startswith("run:"):
+        return _run_action(lambda: cancel_run(_run_id(args.ref), reason=args.reason, hard=args.hard), args.json, "cancelled")
     if args.command == "cancel":
         return _one(admin.cancel_job(args.ref, reason=args.reason), args.json, "cancelled")
+    if args.command == "restart":
+        return _run_action(lambda: restart_run(args.run_id), args.json, "restarted")
+    if args.command == "input":
+        try:
+            value = json.loads(args.value)
+        except ValueError as exc:
+            raise InvalidPayloadError(f"--value is not JSON: {exc}") from None
+        return _run_action(lambda: {"run_id": args.run_id, "submission": submit_input(args.run_id, args.node, value)}, args.json, "input submitted")
     if args.command == "retry":
         return _one(admin.retry_job(args.ref), args.json, "queued again")
     return _switch(args, host_label)
@@ -121,6 +141,25 @@ def _switch(args: argparse.Namespace, host_label: str) -> int:
         return _dump(row)
     policy = f" ({row['stop_policy']})" if row["desired_state"] == "off" else ""
     print(f"{row['host_label']}/{row['queue']}: {row['desired_state'].upper()}{policy}")
+    return 0
+
+
+def _run_id(ref: str) -> int:
+    text = ref.removeprefix("run:")
+    if not text.isdigit() or not 0 < int(text) < 2**63:
+        raise InvalidNameError(f"run reference {ref[:40]!r} is invalid: use run:ID")
+    return int(text)
+
+
+def _run_action(action: Any, as_json: bool, what: str) -> int:
+    try:
+        result = action()
+    except (RunStateError, InputNotAwaitedError, LookupError) as exc:
+        raise admin.JobNotFoundError(str(exc)) from None
+    if as_json:
+        return _dump(result)
+    detail = ", ".join(f"{k} {v}" for k, v in result.items() if k != "run_id")
+    print(f"run {result['run_id']}: {what}" + (f" ({detail})" if detail else ""))
     return 0
 
 
