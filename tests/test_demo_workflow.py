@@ -35,3 +35,28 @@ def test_the_demo_workflow_skips_translation_for_english_only(database_url):
     assert english["nodes"]["embed"]["queue"] == "gpu"
     assert english["nodes"]["summarize"]["output"]["translated"] is False
     assert german["nodes"]["summarize"]["output"]["translated"] is True
+
+
+def test_the_demo_approval_waits_for_input_then_publishes(database_url):
+    import qw_demo
+
+    from queue_workflows import submit_input
+    from queue_workflows.dag.keeper import RunKeeper
+
+    run_id = qw_demo.start_approval()
+    assert run_status(run_id)["nodes"]["approve"]["status"] == "awaiting_input"
+    submit_input(run_id, "approve", {"approved": True, "note": "ship it"})
+    worker = ClaimWorker("cpu")
+    stop = threading.Event()
+    threads = [threading.Thread(target=DispatchDrain().run_forever, args=(stop,), daemon=True),
+               threading.Thread(target=RunKeeper().run_forever, args=(stop,), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: worker.drain() >= 0 and run_status(run_id)["status"] == "completed", timeout=30, what="approval run done")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        worker.session.close()
+    assert run_status(run_id)["nodes"]["publish"]["output"] == {"published": True, "note": "ship it"}

@@ -56,3 +56,8 @@ def enqueue_demo(per_queue: int, *, queues: list[str]) -> dict[str, list[int]]:
         node_ids.append(node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": i})["id"])
     runs = [start_run(nodes.WORKFLOW, {"topic": topic}) for topic in sorted(nodes.ARTICLES)]
     return {node_queue.INGEST_TABLE: ingest, node_queue.NODE_TABLE: node_ids, "workflow_runs": runs}
+
+
+def start_approval() -> int:
+    """A run that waits for a person: its first node is an input step."""
+    return start_run(nodes.APPROVAL, {})

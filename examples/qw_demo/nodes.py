@@ -59,3 +59,18 @@ WORKFLOW = {
                     "vector": {"$from": "embed.vector"}, "english": {"$from": "translate.english", "default": None}}},
     ],
 }
+
+
+def publish(approved: bool, note: str = "") -> dict[str, Any]:
+    return {"published": bool(approved), "note": note}
+
+
+# An input step: the run waits for a person (`qw input RUN approve --value '{"approved": true}'`).
+APPROVAL = {
+    "name": "demo.approval",
+    "nodes": [
+        {"id": "approve", "kind": "input"},
+        {"id": "publish", "call": "qw_demo.nodes:publish", "deps": ["approve"],
+         "inputs": {"approved": {"$from": "approve.approved", "default": False}, "note": {"$from": "approve.note", "default": ""}}},
+    ],
+}

@@ -211,6 +211,8 @@ def _run_demo(
     runs = len(job_ids.get("workflow_runs", []))
     print(f"qw dev: enqueued {total - runs} demo jobs on {', '.join(queues)} and started {runs} workflow runs "
           f"(`qw runs`); Ctrl-C stops everything", flush=True)
+    approval = qw_demo.start_approval()
+    print(f"qw dev: run {approval} waits for you: qw input {approval} approve --value '{{\"approved\": true}}'", flush=True)
     finished = False
     while not stopping.is_set():
         supervisor.check()
