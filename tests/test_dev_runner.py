@@ -74,7 +74,8 @@ def test_qw_dev_runs_the_demo_on_an_embedded_postgres_and_stops_on_ctrl_c(tmp_pa
             env={**_dev_env(tmp_path), "QW_DATABASE_URL": dsn}, capture_output=True, text=True, timeout=60,
         )
         assert runs.returncode == 0, runs.stderr
-        assert sorted(r["status"] for r in json.loads(runs.stdout)) == ["completed", "completed"], runs.stdout
+        by_name = sorted((r["workflow_name"], r["status"]) for r in json.loads(runs.stdout))
+        assert by_name == [("demo.approval", "running"), ("demo.article", "completed"), ("demo.article", "completed")], runs.stdout
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len([c for c in children if "qw_services" in " ".join(c.cmdline())]) == 6  # orchestrator + cpu, gpu, fetch, load + scheduler
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the whole group
