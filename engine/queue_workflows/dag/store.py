@@ -7,6 +7,7 @@ unique (run_id, node_name) backs that up at the row level.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from contextlib import nullcontext
 from functools import cache
@@ -22,7 +23,7 @@ from ..payloads import json_object
 from ..queries import parse_named_queries
 from . import dispatcher, hooks, refs
 from .definition import Workflow
-from .validate import validate
+from .validate import topological_order, validate
 
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
 
@@ -84,11 +85,29 @@ def advance_run(conn: db.Conn, run_id: int) -> dispatcher.Step | None:
         return _advance(cur, run_id)
 
 
+_PARSED: OrderedDict[tuple[int, Any], tuple[Workflow, list[str]]] = OrderedDict()
+_PARSED_MAX = 64
+
+
+def _parsed(run: Mapping[str, Any]) -> tuple[Workflow, list[str]]:
+    """A run's definition never changes, so a wide run is parsed and ordered once, not per event."""
+    key = (run["id"], run["created_at"])
+    hit = _PARSED.get(key)
+    if hit is None:
+        wf = Workflow.from_dict(run["definition"])
+        hit = _PARSED[key] = (wf, topological_order(wf))
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return hit
+
+
 def _advance(cur: Any, run_id: int) -> dispatcher.Step | None:
     run = cur.execute(q("dag_lock_run"), {"run_id": run_id}).fetchone()
     if run is None or run["definition"] is None or run["status"] in TERMINAL_RUN:
         return None
-    wf = Workflow.from_dict(run["definition"])
+    wf, order = _parsed(run)
     rows = cur.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
     scope = scope_for(run, wf, rows)
 
@@ -98,7 +117,7 @@ def _advance(cur: Any, run_id: int) -> dispatcher.Step | None:
         except refs.Unresolved as exc:
             raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
 
-    step = dispatcher.advance(wf, {r["node_name"]: r["status"] for r in rows}, should_skip)
+    step = dispatcher.advance(wf, {r["node_name"]: r["status"] for r in rows}, should_skip, order=order)
     _apply(cur, run, wf, step, scope)
     return step
 
