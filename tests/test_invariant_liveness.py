@@ -176,7 +176,7 @@ def test_a_lease_that_cannot_be_renewed_stops_the_job_before_it_lapses(database_
 
 
 def test_kill_9_is_still_seen_within_a_second_with_two_lock_holders(database_url: str, procs: Procs) -> None:
-    env = service_env(database_url, QW_LEASE_SECONDS="120", QW_LEASE_RENEW_SECONDS="40")
+    env = service_env(database_url, QW_LEASE_SECONDS="120", QW_LEASE_RENEW_SECONDS="40", QW_SHUTDOWN_GRACE_SECONDS="1")
     orchestrator = procs.orchestrator(env)
     victim, spare = procs.worker(env, "fetch"), procs.worker(env, "fetch")
     wait_workers_ready(database_url, [victim, spare])

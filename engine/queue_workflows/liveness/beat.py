@@ -110,6 +110,8 @@ class LivenessBeat(threading.Thread):
             self._job = None
             self.watch.finish()
         self.state = "stopping" if self.state == "stopping" else "idle"
+        if self.switch.parked:
+            self._next_heartbeat = 0.0  # a worker parked while busy shows 'parked' as soon as its job ends
 
     def stopping(self) -> None:
         self.state = "stopping"
