@@ -119,7 +119,10 @@ def test_worker_from_the_apps_folder_runs_a_hydro_job_and_names_its_queue(app_di
             what="the hydro job to complete",
         )
         assert row["result"] == {"pid": worker.pid, "n": 7}, row
-        beats = query(database_url, "SELECT queue, worker_id FROM worker_heartbeats WHERE pid = %s", (worker.pid,))
+        beats = wait_until(  # the beat writes its first row moments after the worker starts claiming
+            lambda: query(database_url, "SELECT queue, worker_id FROM worker_heartbeats WHERE pid = %s", (worker.pid,)),
+            timeout=10, what="the worker's heartbeat row",
+        )
         assert [b["queue"] for b in beats] == ["hydro"] and ":hydro:" in beats[0]["worker_id"], beats
     finally:
         rc = _stop(worker)
