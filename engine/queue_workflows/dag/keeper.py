@@ -12,10 +12,8 @@ import logging
 import threading
 import time
 
-import psycopg
-
-from .. import config, db
-from ..backoff import Backoff
+from .. import db
+from ..listening import run_listening
 from . import control, inputs
 
 log = logging.getLogger(__name__)
@@ -36,7 +34,6 @@ class RunKeeper:
         self.stale_seconds = stale_seconds
         self.listener = inputs.default_listener_id()
         self._next_reconcile = 0.0
-        self._backoff = Backoff(initial=0.2, maximum=5.0)
 
     def once(self, conn: db.Conn) -> None:
         """Apply every pending submission, then reconcile when due."""
@@ -48,28 +45,9 @@ class RunKeeper:
             self._next_reconcile = now + self.reconcile_seconds
 
     def run_forever(self, stop_event: threading.Event | None = None) -> None:
-        stop = stop_event or self.stop_event
-        url = config.current().database_url()
-        conn: db.Conn | None = None
-        while not stop.is_set():
-            try:
-                if conn is None or conn.closed:
-                    conn = db.connect(autocommit=True, url=url)
-                    conn.execute(f"LISTEN {inputs.CHANNEL}")
-                self.once(conn)
-                self._backoff.reset()
-                wait = max(0.0, min(self.tick, self._next_reconcile - time.monotonic()))
-                for _ in conn.notifies(timeout=wait, stop_after=1):
-                    pass
-            except Exception as exc:  # noqa: BLE001 - the keeper outlives any error
-                if conn is not None:
-                    conn.close()
-                conn = None
-                delay = self._backoff.next_delay()
-                if isinstance(exc, psycopg.OperationalError):
-                    log.warning("dag keeper: database unavailable (%s); retrying in %.2fs", str(exc).splitlines()[0] if str(exc) else exc, delay)
-                else:
-                    log.exception("dag keeper failed; retrying in %.2fs", delay)
-                stop.wait(delay)
-        if conn is not None:
-            conn.close()
+        """Until stopped: woken by LISTEN qw_input, reconciling every `reconcile_seconds`; rides out outages."""
+        run_listening(stop_event or self.stop_event, what="dag keeper", channel=inputs.CHANNEL, step=self._step)
+
+    def _step(self, conn: db.Conn) -> float:
+        self.once(conn)
+        return max(0.0, min(self.tick, self._next_reconcile - time.monotonic()))

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from .. import config, db
-from ..backoff import Backoff
+from ..listening import run_listening
 from ..payloads import clean_text
 from . import store
 
@@ -52,7 +52,6 @@ class DispatchDrain:
         self.tick = tick
         self.advance = advance
         self.processed = 0
-        self._backoff = Backoff(initial=0.2, maximum=5.0)
 
     def drain_once(self, conn: db.Conn) -> int:
         """One batch, one transaction; returns how many events it took (done or rescheduled)."""
@@ -87,37 +86,14 @@ class DispatchDrain:
         else:
             log.warning("run %s: dispatch failed (attempt %d/%d, retry in %.1fs): %s", run_id, attempts, self.max_attempts, delay, error)
 
-    def _wait(self, conn: db.Conn) -> None:
+    def _step(self, conn: db.Conn) -> float:
+        """One batch; then how long to wait: none while batches come full, else until the next retry is due."""
+        if self.drain_once(conn) >= self.batch_size:
+            return 0.0
         row = conn.execute(store.q("dag_next_event_due")).fetchone()
         due = row["due_in"] if row else None
-        wait = self.tick if due is None else max(0.0, min(self.tick, due))
-        if wait > 0:
-            for _ in conn.notifies(timeout=wait, stop_after=1):
-                pass
+        return self.tick if due is None else max(0.0, min(self.tick, due))
 
     def run_forever(self, stop_event: threading.Event | None = None) -> None:
         """Drain until stopped: woken by LISTEN qw_dispatch, with a `tick` safety poll; rides out outages."""
-        stop = stop_event or self.stop_event
-        url = config.current().database_url()
-        conn: db.Conn | None = None
-        while not stop.is_set():
-            try:
-                if conn is None or conn.closed:
-                    conn = db.connect(autocommit=True, url=url)
-                    conn.execute(f"LISTEN {CHANNEL}")
-                if self.drain_once(conn) >= self.batch_size:
-                    continue
-                self._backoff.reset()
-                self._wait(conn)
-            except Exception as exc:  # noqa: BLE001 - the drain outlives any error
-                if conn is not None:
-                    conn.close()
-                conn = None
-                delay = self._backoff.next_delay()
-                if isinstance(exc, psycopg.OperationalError):
-                    log.warning("dispatch: database unavailable (%s); retrying in %.2fs", str(exc).splitlines()[0] if str(exc) else exc, delay)
-                else:
-                    log.exception("dispatch drain failed; retrying in %.2fs", delay)
-                stop.wait(delay)
-        if conn is not None:
-            conn.close()
+        run_listening(stop_event or self.stop_event, what="dispatch drain", channel=CHANNEL, step=self._step)

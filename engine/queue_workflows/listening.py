@@ -1,0 +1,50 @@
+"""The loop the orchestrator's listening services share (dispatch drain, DAG keeper).
+
+A connection of its own that LISTENs on one channel; a step of work; a wait for a NOTIFY or
+a timeout; and, whatever goes wrong, a fresh connection after a backoff, so the service
+outlives database outages and its own bugs alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from psycopg import sql
+
+from . import config, db
+from .backoff import Backoff
+from .session import first_line
+
+log = logging.getLogger(__name__)
+
+
+def run_listening(stop: threading.Event, *, what: str, channel: str, step: Callable[[db.Conn], float]) -> None:
+    """Until `stop`: `step(conn)` does one round and returns how long to wait for `channel` (0: at once)."""
+    url = config.current().database_url()
+    backoff = Backoff(initial=0.2, maximum=5.0)
+    conn: db.Conn | None = None
+    while not stop.is_set():
+        try:
+            if conn is None or conn.closed:
+                conn = db.connect(autocommit=True, url=url)
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            wait = step(conn)
+            backoff.reset()
+            if wait > 0:
+                for _ in conn.notifies(timeout=wait, stop_after=1):
+                    pass
+        except Exception as exc:  # noqa: BLE001 - the service outlives any error
+            if conn is not None:
+                conn.close()
+            conn = None
+            delay = backoff.next_delay()
+            if isinstance(exc, psycopg.OperationalError):
+                log.warning("%s: database unavailable (%s); retrying in %.2fs", what, first_line(exc), delay)
+            else:
+                log.exception("%s failed; retrying in %.2fs", what, delay)
+            stop.wait(delay)
+    if conn is not None:
+        conn.close()
