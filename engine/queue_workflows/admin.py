@@ -51,7 +51,7 @@ def queue_overview(conn: db.Conn | None = None) -> list[dict[str, Any]]:
     families = (("node", NODE_TABLE, NODE_QUEUES), ("ingest", INGEST_TABLE, config.current().settings.ingest_queues))
     for family, table, known in families:
         per: dict[str, dict[str, Any]] = {q: {"family": family, "queue": q, **{s: 0 for s in STATUSES}, "oldest_queued_s": None} for q in sorted(known)}
-        for row in _rows(conn, queries.query("queue_overview", table), {}):
+        for row in _rows(conn, queries.query("queue_counts", table), {}):
             entry = per.setdefault(row["queue"], {"family": family, "queue": row["queue"], **{s: 0 for s in STATUSES}, "oldest_queued_s": None})
             entry[row["status"]] = row["n"]
             if row["oldest_queued_s"] is not None:

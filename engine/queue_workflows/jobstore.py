@@ -125,11 +125,17 @@ def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[
     return [row["worker_id"] for row in rows]
 
 
-def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, int]]:
-    counts = {q: {"scheduled": 0, "queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0} for q in sorted(queues)}
+def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, Any]]:
+    """Per queue: job counts by status, live workers, and the age of the oldest queued job (None: none queued)."""
+    counts: dict[str, dict[str, Any]] = {
+        q: {"scheduled": 0, "queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0, "oldest_queued_s": None}
+        for q in sorted(queues)
+    }
     for row in conn.execute(queries.query("queue_counts", table)):
         if row["queue"] in counts and row["status"] in counts[row["queue"]]:
             counts[row["queue"]][row["status"]] = row["n"]
+            if row["oldest_queued_s"] is not None:
+                counts[row["queue"]]["oldest_queued_s"] = row["oldest_queued_s"]
     for row in conn.execute(queries.query("live_workers"), {"stale_after_seconds": stale_after_seconds}):
         if row["queue"] in counts:
             counts[row["queue"]]["workers"] = row["n"]

@@ -15,10 +15,11 @@ from .tables import print_table, schedule_table, status_table
 
 def status_data() -> dict[str, Any]:
     """Counts per queue (by family), the age of each queue's oldest queued job, and every worker."""
+    node, ingest = node_queue.snapshot()["queues"], node_queue.ingest_snapshot()["queues"]
     return {
-        "node": node_queue.snapshot()["queues"],
-        "ingest": node_queue.ingest_snapshot()["queues"],
-        "oldest_queued_s": {r["queue"]: r["oldest_queued_s"] for r in admin.queue_overview()},
+        "node": node,
+        "ingest": ingest,
+        "oldest_queued_s": {q: c["oldest_queued_s"] for family in (node, ingest) for q, c in family.items()},
         "workers": admin.worker_list(),
     }
 

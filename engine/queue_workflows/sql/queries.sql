@@ -143,7 +143,10 @@ UPDATE {table} j
 RETURNING j.id, j.queue, j.status, j.attempts, o.claimed_by AS lost_by;
 
 -- name: queue_counts
-SELECT queue, status, count(*) AS n FROM {table} GROUP BY queue, status;
+SELECT queue, status, count(*) AS n,
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'queued'))::float AS oldest_queued_s
+  FROM {table}
+ GROUP BY queue, status;
 
 -- name: live_workers
 SELECT h.queue, count(*) AS n
@@ -240,12 +243,6 @@ UPDATE worker_heartbeats h
    AND h.last_flagged_dead_at IS NULL
 RETURNING h.worker_id, h.host_label, h.queue, h.pid, o.id AS job_id,
           extract(epoch FROM now() - h.last_seen)::float AS silent_seconds;
-
--- name: queue_overview
-SELECT queue, status, count(*) AS n,
-       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'queued'))::float AS oldest_queued_s
-  FROM {table}
- GROUP BY queue, status;
 
 -- name: worker_list
 SELECT h.worker_id, h.host_label, h.queue, h.pid, h.state, h.current_job_id, h.started_at, h.last_seen,
