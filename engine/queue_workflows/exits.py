@@ -13,7 +13,6 @@ import sys
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
-EXIT_CONFIG = 2
 EXIT_BUDGET = 75
 EXIT_STALLED = 76
 EXIT_JOB_TAKEN = 77

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Decision:
-    parked: bool
-    hard_stop: bool
 
 
 class WorkerSwitch:
@@ -44,8 +37,11 @@ class WorkerSwitch:
             self._blocked = None
             self.changed.set()
 
-    def apply(self, row: dict[str, Any] | None, *, at_start: bool = False) -> Decision:
-        """Take the row from worker_controls (None = ON). At start, OFF of either policy parks."""
+    def apply(self, row: dict[str, Any] | None, *, at_start: bool = False) -> bool:
+        """Take the row from worker_controls (None = ON); True when it asks for a hard stop now.
+
+        At start, OFF of either policy parks.
+        """
         off = row is not None and row["desired_state"] == "off"
         with self._lock:
             was, self._parked = self._parked, off
@@ -58,4 +54,4 @@ class WorkerSwitch:
             else:
                 log.warning("worker %s turned ON%s: claiming again", self.payload, who)
             self.changed.set()
-        return Decision(parked=off, hard_stop=hard)
+        return hard

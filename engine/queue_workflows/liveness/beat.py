@@ -236,10 +236,10 @@ class LivenessBeat(threading.Thread):
     def _check_control(self, conn: db.Conn) -> None:
         row = control_for(self.host_label, self.queue, conn)
         was_parked = self.switch.parked
-        decision = self.switch.apply(row)
+        hard_stop = self.switch.apply(row)
         if self.queue == "gpu" and self._job is None:
             check_device_if_pending(conn, self.switch, row)
-        if decision.hard_stop:
+        if hard_stop:
             self._trip(self._job, Trip(EXIT_HARD_STOP, "turned OFF by the operator (hard stop)"))
         if self.switch.parked != was_parked:
             self._next_heartbeat = 0.0  # show parked / claiming again at once

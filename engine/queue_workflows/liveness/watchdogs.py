@@ -67,10 +67,6 @@ class JobWatch:
                 self._last_beat = self.now_fn()
                 self.beats += 1
 
-    @property
-    def job_id(self) -> int | None:
-        return self._job_id
-
     def check(self) -> Trip | None:
         with self._lock:
             if self._job_id is None:
