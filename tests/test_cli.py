@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 from qw_services import cli
 
 from queue_workflows import db, node_queue, register_ingest_task
+from queue_workflows.leadership import Elector
 
 
 def test_status_json_reports_every_queue(database_url, capsys, monkeypatch):
@@ -27,6 +30,7 @@ def test_status_table_and_migrate(scratch_database_url, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["family", "queue", "scheduled", "queued", "running", "completed", "failed", "workers", "oldest"]
     assert ["ingest", "fetch", "0", "0", "0", "0", "0", "0", "-"] in [line.split() for line in out.splitlines()], out
+    assert "no orchestrator is running" in out
     assert cli.main(["migrate", "--to", "3"]) == 0
     assert f"reverted: {[m.version for m in reversed(db.discover()) if m.version > 3]}" in capsys.readouterr().out
 
@@ -35,3 +39,28 @@ def test_missing_database_is_exit_2(capsys, monkeypatch):
     monkeypatch.delenv("QW_DATABASE_URL", raising=False)
     assert cli.main(["status"]) == 2
     assert "QW_DATABASE_URL: no database configured" in capsys.readouterr().err
+
+
+def test_status_lists_the_leading_and_standing_by_orchestrators(database_url, capsys, monkeypatch):
+    monkeypatch.setenv("QW_DATABASE_URL", database_url)
+    leader, standby = Elector(orchestrator_id="head:1"), Elector(orchestrator_id="head:2", poll_seconds=0.01)
+    stop = threading.Event()
+    try:
+        assert leader.campaign(stop) is not None
+        threading.Timer(0.2, stop.set).start()
+        assert standby.campaign(stop) is None  # stood by until stopped
+        assert cli.main(["status", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert [(o["orchestrator_id"], o["role"]) for o in data["orchestrators"]] == [("head:1", "leader"), ("head:2", "standby")]
+        assert cli.main(["status"]) == 0
+        rows = [line.split()[:4] for line in capsys.readouterr().out.splitlines()]
+        assert ["head:1", leader_host(), str(os.getpid()), "leader"] in rows
+    finally:
+        leader.resign()
+        standby.resign()
+
+
+def leader_host() -> str:
+    from queue_workflows import config
+
+    return config.current().settings.host_label

@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from . import config, db, queries
+from . import config, db, leadership, queries
 from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
 from .node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from .payloads import check_text, shown
@@ -62,6 +62,11 @@ def queue_overview(conn: db.Conn | None = None) -> list[dict[str, Any]]:
 
 def worker_list(conn: db.Conn | None = None) -> list[dict[str, Any]]:
     return _rows(conn, queries.query("worker_list"), {})
+
+
+def orchestrator_list(conn: db.Conn | None = None) -> list[dict[str, Any]]:
+    """Every orchestrator beating lately, leader first: id, hostname, host_label, pid, role, epoch, silent_seconds."""
+    return leadership.orchestrators(conn)
 
 
 def list_jobs(queue: str | None = None, status: str | None = None, limit: int = 50, conn: db.Conn | None = None) -> list[dict[str, Any]]:

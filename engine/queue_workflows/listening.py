@@ -1,8 +1,9 @@
-"""The loop the orchestrator's listening services share (dispatch drain, DAG keeper).
+"""The loop the orchestrator's services share (reclaim sweep, dispatch drain, DAG keeper).
 
-A connection of its own that LISTENs on one channel; a step of work; a wait for a NOTIFY or
-a timeout; and, whatever goes wrong, a fresh connection after a backoff, so the service
-outlives database outages and its own bugs alike.
+A connection of its own, LISTENing on one channel when the service is woken by one; a step of
+work, in a transaction that starts with the leader's guard when one is given; a wait for a
+NOTIFY or a timeout; and, whatever goes wrong, a fresh connection after a backoff, so the
+service outlives database outages and its own bugs alike.
 """
 
 from __future__ import annotations
@@ -21,8 +22,18 @@ from .session import first_line
 log = logging.getLogger(__name__)
 
 
-def run_listening(stop: threading.Event, *, what: str, channel: str, step: Callable[[db.Conn], float]) -> None:
-    """Until `stop`: `step(conn)` does one round and returns how long to wait for `channel` (0: at once)."""
+def run_listening(
+    stop: threading.Event,
+    *,
+    what: str,
+    channel: str | None,
+    step: Callable[[db.Conn], float],
+    guard: Callable[[db.Conn], None] | None = None,
+) -> None:
+    """Until `stop`: `step(conn)` does one round and returns how long to wait for `channel` (0: at once).
+
+    With `guard` (a leader's `Term.guard`), each step runs in one transaction that calls it first.
+    """
     url = config.current().database_url()
     backoff = Backoff(initial=0.2, maximum=5.0)
     conn: db.Conn | None = None
@@ -30,16 +41,26 @@ def run_listening(stop: threading.Event, *, what: str, channel: str, step: Calla
         try:
             if conn is None or conn.closed:
                 conn = db.connect(autocommit=True, url=url)
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            wait = step(conn)
+                if channel is not None:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            if guard is None:
+                wait = step(conn)
+            else:
+                with conn.transaction():
+                    guard(conn)
+                    wait = step(conn)
             backoff.reset()
-            if wait > 0:
+            if wait > 0 and channel is None:
+                stop.wait(wait)
+            elif wait > 0:
                 for _ in conn.notifies(timeout=wait, stop_after=1):
                     pass
         except Exception as exc:  # noqa: BLE001 - the service outlives any error
             if conn is not None:
                 conn.close()
             conn = None
+            if stop.is_set():
+                break  # stopping (or a leader's term ended) mid-step: nothing to retry
             delay = backoff.next_delay()
             if isinstance(exc, psycopg.OperationalError):
                 log.warning("%s: database unavailable (%s); retrying in %.2fs", what, first_line(exc), delay)

@@ -1,8 +1,10 @@
-"""The orchestrator: apply migrations, then run the reclaim sweep until stopped.
+"""The orchestrator: apply migrations, win leadership, then run the leader's services until stopped.
 
-`python -m queue_workflows.orchestrator` (and `queue-orchestrator`) import the app first, so
-an in-process host's own `configure(...)` decides the database; `run(stop_event)` is the same
-loop for a host that supervises its own threads.
+Any number may run; one leads (`leadership`), the others stand by and take over when it dies or
+loses its connection. The leader runs the reclaim sweep, the DAG dispatch drain and the DAG
+keeper, each guarded by its term. `python -m queue_workflows.orchestrator` (and
+`queue-orchestrator`) import the app first, so an in-process host's own `configure(...)` decides
+the database; `run(stop_event)` is the same loop for a host that supervises its own threads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 import psycopg
 
 from . import app_loader, db, reclaim
+from .leadership import Elector, Term
 from .backoff import Backoff
 from .dag.keeper import RunKeeper
 from .dag.outbox import DispatchDrain
@@ -48,24 +51,46 @@ def bootstrap_when_reachable(stop: threading.Event, *, timeout: float = 120.0) -
 
 
 def run(stop_event: threading.Event) -> int:
-    """Migrations, then the sweep (reclaim, promote, prune) until `stop_event` is set."""
+    """Migrations, then lead (or stand by, then lead) until `stop_event` is set."""
     if not bootstrap_when_reachable(stop_event):
         return 0
-    loop = reclaim.ReclaimLoop(stop_event=stop_event)
-    dispatch = threading.Thread(target=DispatchDrain(stop_event=stop_event).run_forever, name="qw-dispatch", daemon=True)
-    dispatch.start()  # the DAG outbox drain, woken by NOTIFY qw_dispatch
-    keeper = threading.Thread(target=RunKeeper(stop_event=stop_event).run_forever, name="qw-dag-keeper", daemon=True)
-    keeper.start()  # DAG input listener (NOTIFY qw_input) and the reconcile sweep
-    log.info("orchestrator running: reclaim sweep every %.2fs, DAG dispatch drain", loop.interval)
-    loop.run_forever()
-    dispatch.join(timeout=5)
-    keeper.join(timeout=5)
-    log.info("orchestrator stopped (%d job(s) reclaimed)", loop.total)
+    elector = Elector()
+    reclaimed = 0
+    try:
+        while not stop_event.is_set():
+            term = elector.campaign(stop_event)
+            if term is None:
+                break
+            reclaimed += lead(term, elector, stop_event)
+    finally:
+        elector.resign()
+    log.info("orchestrator stopped (%d job(s) reclaimed)", reclaimed)
     return 0
 
 
+def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
+    """The leader's services, guarded by `term`, until it ends; returns how many jobs the sweep reclaimed."""
+    sweep = reclaim.ReclaimLoop(stop_event=term.ended, guard=term.guard)
+    services = {
+        "qw-reclaim": sweep.run_forever,
+        "qw-dispatch": DispatchDrain(stop_event=term.ended, guard=term.guard).run_forever,  # DAG outbox, woken by NOTIFY
+        "qw-dag-keeper": RunKeeper(stop_event=term.ended, guard=term.guard).run_forever,  # input listener, reconcile
+    }
+    threads = [threading.Thread(target=target, name=name, daemon=True) for name, target in services.items()]
+    for thread in threads:
+        thread.start()
+    log.info("orchestrator running: leading term %d; reclaim sweep every %.2fs, DAG dispatch drain", term.epoch, sweep.interval)
+    elector.hold(term, stop_event)
+    term.ended.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    if not stop_event.is_set():
+        log.warning("term %d over: standing by again", term.epoch)
+    return sweep.total
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queue-orchestrator", description="Apply migrations, then run the reclaim sweep.")
+    parser = argparse.ArgumentParser(prog="queue-orchestrator", description="Apply migrations, then lead (or stand by): reclaim sweep, DAG dispatch, input listener.")
     parser.add_argument("--app", default=None, help="module imported first; its configure() applies (default: QW_APP)")
     return parser
 

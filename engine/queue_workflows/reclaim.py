@@ -13,14 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 
-import psycopg
-
 from . import config, db, jobstore
-from .backoff import Backoff
 from .jobstore import Row
 from .node_queue import INGEST_TABLE, NODE_TABLE
 from .queries import JobTable
-from .session import first_line
+from .listening import run_listening
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +66,7 @@ class ReclaimLoop:
         *,
         stop_event: threading.Event,
         interval: float | None = None,
-        sleep_fn: Callable[[float], None] | None = None,
+        guard: Callable[[db.Conn], None] | None = None,
         now_fn: Callable[[], float] = time.monotonic,
     ) -> None:
         settings = config.current().settings
@@ -77,9 +74,8 @@ class ReclaimLoop:
         self.interval = interval or settings.reclaim_interval_seconds
         self.confirm_seconds = min(self.interval, settings.orphan_confirm_seconds)
         self.heartbeat_stale_seconds = 3 * settings.heartbeat_seconds
-        self.sleep_fn = sleep_fn or stop_event.wait
+        self.guard = guard
         self.now_fn = now_fn
-        self.backoff = Backoff(initial=0.2, maximum=5.0)
         self.total = 0
         self.suspects: Suspects = {}
         self._next_prune = 0.0
@@ -103,25 +99,10 @@ class ReclaimLoop:
                 )
             self._next_prune = self.now_fn() + self.heartbeat_stale_seconds / 3
 
+    def _step(self, conn: db.Conn) -> float:
+        """One sweep; then the wait: the confirmation window while there are suspects, else the interval."""
+        self.sweep(conn)
+        return self.confirm_seconds if any(self.suspects.values()) else self.interval
+
     def run_forever(self) -> None:
-        url = config.current().database_url()
-        conn: db.Conn | None = None
-        while not self.stop_event.is_set():
-            try:
-                if conn is None or conn.closed:
-                    conn = db.connect(autocommit=True, url=url)
-                self.sweep(conn)
-                self.backoff.reset()
-                self.sleep_fn(self.confirm_seconds if any(self.suspects.values()) else self.interval)
-            except Exception as exc:  # noqa: BLE001 - the sweep outlives any error
-                if conn is not None:
-                    conn.close()
-                conn, self.suspects = None, {}
-                delay = self.backoff.next_delay()
-                if isinstance(exc, psycopg.OperationalError):
-                    log.warning("reclaim: database unavailable (%s); retrying in %.2fs", first_line(exc), delay)
-                else:
-                    log.exception("reclaim sweep failed; retrying in %.2fs", delay)
-                self.sleep_fn(delay)
-        if conn is not None:
-            conn.close()
+        run_listening(self.stop_event, what="reclaim sweep", channel=None, step=self._step, guard=self.guard)

@@ -14,13 +14,14 @@ from .tables import print_table, schedule_table, status_table
 
 
 def status_data() -> dict[str, Any]:
-    """Counts per queue (by family), the age of each queue's oldest queued job, and every worker."""
+    """Counts per queue (by family), the age of each queue's oldest queued job, every worker and orchestrator."""
     node, ingest = node_queue.snapshot()["queues"], node_queue.ingest_snapshot()["queues"]
     return {
         "node": node,
         "ingest": ingest,
         "oldest_queued_s": {q: c["oldest_queued_s"] for family in (node, ingest) for q, c in family.items()},
         "workers": admin.worker_list(),
+        "orchestrators": admin.orchestrator_list(),
     }
 
 
@@ -32,6 +33,10 @@ def _status(as_json: bool) -> int:
     print_table(status_table({"node": data["node"], "ingest": data["ingest"]}, oldest=data["oldest_queued_s"]))
     if data["workers"]:
         print_table(ops.workers_table(data["workers"]))
+    if data["orchestrators"]:
+        print_table(ops.orchestrators_table(data["orchestrators"]))
+    else:
+        print("no orchestrator is running: nothing reclaims lost jobs or advances DAG runs (start queue-orchestrator)")
     for w in data["workers"]:
         if w["last_flagged_dead_at"]:
             print(f"DEAD WORKER? {w['worker_id']} (host {w['host_label']}, queue {w['queue']}, pid {w['pid']}): "

@@ -204,6 +204,14 @@ def workers_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def orchestrators_table(rows: list[dict[str, Any]]) -> Table:
+    table = _table("orchestrator", "host", "pid", "role", "term", "last beat")
+    for r in rows:
+        table.add_row(r["orchestrator_id"], r["host_label"], str(r["pid"]), r["role"], "-" if r["epoch"] is None else str(r["epoch"]),
+                      age(r["silent_seconds"]))
+    return table
+
+
 def jobs_table(rows: list[dict[str, Any]]) -> Table:
     table = _table("job", "queue", "name", "status", "attempts", "created", "error")
     for r in rows:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from .. import db
 from ..listening import run_listening
@@ -27,11 +28,13 @@ class RunKeeper:
         tick: float = 1.0,
         reconcile_seconds: float = 5.0,
         stale_seconds: float = 30.0,
+        guard: Callable[[db.Conn], None] | None = None,
     ) -> None:
         self.stop_event = stop_event or threading.Event()
         self.tick = tick
         self.reconcile_seconds = reconcile_seconds
         self.stale_seconds = stale_seconds
+        self.guard = guard  # the leader's Term.guard: only the leader applies inputs and reconciles
         self.listener = inputs.default_listener_id()
         self._next_reconcile = 0.0
 
@@ -46,7 +49,7 @@ class RunKeeper:
 
     def run_forever(self, stop_event: threading.Event | None = None) -> None:
         """Until stopped: woken by LISTEN qw_input, reconciling every `reconcile_seconds`; rides out outages."""
-        run_listening(stop_event or self.stop_event, what="dag keeper", channel=inputs.CHANNEL, step=self._step)
+        run_listening(stop_event or self.stop_event, what="dag keeper", channel=inputs.CHANNEL, step=self._step, guard=self.guard)
 
     def _step(self, conn: db.Conn) -> float:
         self.once(conn)

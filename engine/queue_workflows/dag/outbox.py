@@ -43,6 +43,7 @@ class DispatchDrain:
         backoff_max: float = 60.0,
         tick: float = 1.0,
         advance: Callable[[db.Conn, int], Any] = store.advance_run,
+        guard: Callable[[db.Conn], None] | None = None,
     ) -> None:
         self.stop_event = stop_event or threading.Event()
         self.batch_size = batch_size
@@ -51,6 +52,7 @@ class DispatchDrain:
         self.backoff_max = backoff_max
         self.tick = tick
         self.advance = advance
+        self.guard = guard  # the leader's Term.guard: only the leader drains
         self.processed = 0
 
     def drain_once(self, conn: db.Conn) -> int:
@@ -96,4 +98,4 @@ class DispatchDrain:
 
     def run_forever(self, stop_event: threading.Event | None = None) -> None:
         """Drain until stopped: woken by LISTEN qw_dispatch, with a `tick` safety poll; rides out outages."""
-        run_listening(stop_event or self.stop_event, what="dispatch drain", channel=CHANNEL, step=self._step)
+        run_listening(stop_event or self.stop_event, what="dispatch drain", channel=CHANNEL, step=self._step, guard=self.guard)

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS qw_orchestrators;
+DROP TABLE IF EXISTS qw_leadership;
