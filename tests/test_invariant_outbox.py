@@ -159,3 +159,16 @@ def test_poison_flag_after_n_failed_fan_outs(database_url, conn):
     assert run["poisoned_at"] is not None and run["error"] == "dispatch poisoned after 3 attempts: ValueError: cannot fan out"
     assert job(database_url, other, "n1")["status"] == "queued"  # the healthy run went on
     assert queue_workflows.run_status(run_id)["poisoned_at"] is not None
+
+
+def test_a_completion_does_not_wait_for_a_drain_in_flight_on_its_run(database_url, conn):
+    """The drain locks the run row; the completion's event references it (a foreign key), and must not queue behind it."""
+    run_id = queue_workflows.start_run(chain(), {})
+    node = claim(database_url, conn, run_id, "n0")
+    with psycopg.connect(database_url) as drain:
+        drain.execute(store.q("dag_lock_run_head"), {"run_id": run_id})  # a dispatch of this run, mid-transaction
+        with psycopg.connect(database_url) as worker:
+            worker.execute("SET lock_timeout = '1s'")
+            assert node_queue.mark_completed(node["id"], {"ok": 1}, worker_id="w1", conn=worker) is not None
+        drain.rollback()
+    assert [e["node_name"] for e in events(database_url)] == ["n0"]

@@ -8,7 +8,7 @@ unique (run_id, node_name) backs that up at the row level.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from functools import cache
 from importlib import resources
@@ -85,17 +85,22 @@ def advance_run(conn: db.Conn, run_id: int) -> dispatcher.Step | None:
         return _advance(cur, run_id)
 
 
-_PARSED: OrderedDict[tuple[int, Any], tuple[Workflow, list[str]]] = OrderedDict()
+_PARSED: OrderedDict[tuple[int, Any], tuple[Workflow, list[str], frozenset[str]]] = OrderedDict()
 _PARSED_MAX = 64
 
 
-def _parsed(run: Mapping[str, Any]) -> tuple[Workflow, list[str]]:
-    """A run's definition never changes, so a wide run is parsed and ordered once, not per event."""
+def _parsed(cur: Any, run: Mapping[str, Any]) -> tuple[Workflow, list[str], frozenset[str]]:
+    """A run's definition never changes, so a wide run is read, parsed and ordered once, not per event.
+
+    Also the nodes whose inputs or `skip_if` read the run's scope: only they make dispatch load it.
+    """
     key = (run["id"], run["created_at"])
     hit = _PARSED.get(key)
     if hit is None:
-        wf = Workflow.from_dict(run["definition"])
-        hit = _PARSED[key] = (wf, topological_order(wf))
+        definition = cur.execute(q("dag_run_definition"), {"run_id": run["id"]}).fetchone()["definition"]
+        wf = Workflow.from_dict(definition)
+        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if))
+        hit = _PARSED[key] = (wf, topological_order(wf), scoped)
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
     else:
@@ -104,32 +109,38 @@ def _parsed(run: Mapping[str, Any]) -> tuple[Workflow, list[str]]:
 
 
 def _advance(cur: Any, run_id: int) -> dispatcher.Step | None:
-    run = cur.execute(q("dag_lock_run"), {"run_id": run_id}).fetchone()
-    if run is None or run["definition"] is None or run["status"] in TERMINAL_RUN:
+    run = cur.execute(q("dag_lock_run_head"), {"run_id": run_id}).fetchone()
+    if run is None or not run["has_definition"] or run["status"] in TERMINAL_RUN:
         return None
-    wf, order = _parsed(run)
-    rows = cur.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
-    scope = scope_for(run, wf, rows)
+    wf, order, scoped = _parsed(cur, run)
+    states = {r["node_name"]: r["status"] for r in cur.execute(q("dag_run_states"), {"run_id": run_id}).fetchall()}
+    loaded: list[refs.Scope] = []
+
+    def scope() -> refs.Scope:
+        if not loaded:
+            rows = cur.execute(q("dag_run_scope"), {"run_id": run_id}).fetchall()
+            loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
+        return loaded[0]
 
     def should_skip(node: Any, states: Mapping[str, str]) -> bool:
         try:
-            return bool(refs.resolve(node.skip_if, scope))
+            return bool(refs.resolve(node.skip_if, scope() if node.id in scoped else refs.Scope()))
         except refs.Unresolved as exc:
             raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
 
-    step = dispatcher.advance(wf, {r["node_name"]: r["status"] for r in rows}, should_skip, order=order)
-    _apply(cur, run, wf, step, scope)
+    step = dispatcher.advance(wf, states, should_skip, order=order)
+    _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope())
     return step
 
 
-def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope: refs.Scope) -> None:
+def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope_of: Callable[[str], refs.Scope]) -> None:
     nodes = wf.by_id()
     params = []
     for node_id, status in [(n, "queued") for n in step.enqueue] + [(n, "skipped") for n in step.skip]:
         node = nodes[node_id]
         if status == "queued" and node.is_input:
             status = "awaiting_input"  # an input step waits for submit_input, no worker claims it
-        inputs, late = refs.resolve_inputs(node.inputs, scope) if status != "skipped" else ({}, {})
+        inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != "skipped" else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
             "status": status, "priority": run["priority"], "required_model": node.model,

@@ -7,7 +7,29 @@ RETURNING id;
 
 -- name: dag_lock_run
 -- Serialises dispatch per run: two drains of one run's events decide one after the other.
-SELECT * FROM workflow_runs WHERE id = %(run_id)s FOR UPDATE;
+-- NO KEY: a worker committing a node's outbox event (a foreign key to this row, so a KEY SHARE
+-- lock on it) must not wait for a drain in flight.
+SELECT * FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
+
+-- name: dag_lock_run_head
+-- The same lock for dispatch, without the definition and context: a wide run's definition is
+-- parsed once per process (store._parsed), and the context is read only when a reference needs it.
+SELECT id, status, priority, created_at, definition IS NOT NULL AS has_definition
+  FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
+
+-- name: dag_run_definition
+SELECT definition FROM workflow_runs WHERE id = %(run_id)s;
+
+-- name: dag_run_states
+SELECT node_name, status FROM workflow_node_jobs WHERE run_id = %(run_id)s;
+
+-- name: dag_run_scope
+-- What references resolve against: the run's context and its completed outputs, in completion order.
+SELECT r.context, j.node_name, j.status, j.context_delta
+  FROM workflow_runs r
+  LEFT JOIN workflow_node_jobs j ON j.run_id = r.id AND j.status = 'completed'
+ WHERE r.id = %(run_id)s
+ ORDER BY j.finished_at NULLS LAST, j.id;
 
 -- name: dag_get_run
 SELECT * FROM workflow_runs WHERE id = %(run_id)s;
