@@ -54,6 +54,16 @@ def _testcontainers_url() -> tuple[str, object] | None:
         return None
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soaks run only when asked for (`pytest -m soak`), so the default run stays short."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="soak test: run it with `pytest -m soak` (.ci/run does)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
     url = os.environ.get("QW_TEST_DATABASE_URL")
