@@ -1,8 +1,8 @@
 """The orchestrator: apply migrations, win leadership, then run the leader's services until stopped.
 
 Any number may run; one leads (`leadership`), the others stand by and take over when it dies or
-loses its connection. The leader runs the reclaim sweep, the DAG dispatch drain and the DAG
-keeper, each guarded by its term. `python -m queue_workflows.orchestrator` (and
+loses its connection. The leader runs the reclaim sweep, the DAG dispatch drain, the DAG
+keeper and retention, each guarded by its term. `python -m queue_workflows.orchestrator` (and
 `queue-orchestrator`) import the app first, so an in-process host's own `configure(...)` decides
 the database; `run(stop_event)` is the same loop for a host that supervises its own threads.
 """
@@ -19,6 +19,7 @@ import psycopg
 
 from . import app_loader, db, reclaim
 from .leadership import Elector, Term
+from .retention import Retention
 from .backoff import Backoff
 from .dag.keeper import RunKeeper
 from .dag.outbox import DispatchDrain
@@ -75,6 +76,7 @@ def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
         "qw-reclaim": sweep.run_forever,
         "qw-dispatch": DispatchDrain(stop_event=term.ended, guard=term.guard).run_forever,  # DAG outbox, woken by NOTIFY
         "qw-dag-keeper": RunKeeper(stop_event=term.ended, guard=term.guard).run_forever,  # input listener, reconcile
+        "qw-retention": Retention(stop_event=term.ended, guard=term.guard).run_forever,  # finished rows past their window
     }
     threads = [threading.Thread(target=target, name=name, daemon=True) for name, target in services.items()]
     for thread in threads:

@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     node_default_budget_s: float = Field(default=3600.0, gt=0)
     node_module_package: str | None = None  # DAG: a node's `call` is imported as "<package>.<call>" first
     dispatch_max_attempts: int = Field(default=5, ge=1, le=1000)  # outbox: fan-out tries before the run is poison-flagged
+    # Retention, pruned by the leading orchestrator (0: keep forever).
+    retain_finished_seconds: float = Field(default=7 * 86400.0, ge=0)  # finished jobs and runs
+    retain_events_seconds: float = Field(default=30 * 86400.0, ge=0)  # job/node event log, processed outbox rows
+    retention_interval_seconds: float = Field(default=60.0, gt=0)
     video_model_ids: Annotated[frozenset[str], NoDecode] = frozenset()
     video_budget_s: float = Field(default=1800.0, gt=0)
     stall_timeout_seconds: float = Field(default=120.0, gt=0)
@@ -143,6 +147,11 @@ class Settings(BaseSettings):
             high, low = getattr(self, f"{kind}_throttle_percent"), getattr(self, f"{kind}_resume_percent")
             if low >= high:
                 raise ValueError(f"QW_{kind.upper()}_RESUME_PERCENT ({low:g}) must be below QW_{kind.upper()}_THROTTLE_PERCENT ({high:g}), or the throttle flaps")
+        if 0 < self.retain_finished_seconds < self.dedup_window_seconds:
+            raise ValueError(
+                f"QW_RETAIN_FINISHED_SECONDS ({self.retain_finished_seconds:g}) must cover QW_DEDUP_WINDOW_SECONDS "
+                f"({self.dedup_window_seconds:g}): a pruned job no longer holds its dedup key"
+            )
         if self.schedule_time_scale != 1.0 and self.schedule_time_origin is None:
             raise ValueError("schedule_time_scale (test-only) needs schedule_time_origin, the instant both clocks agree on")
         return self

@@ -1,0 +1,71 @@
+"""Retention: the leading orchestrator deletes finished rows past their window, in small batches.
+
+Finished jobs and runs are kept `QW_RETAIN_FINISHED_SECONDS` (a run goes with its nodes, outbox
+events and input submissions), the event log and processed outbox rows
+`QW_RETAIN_EVENTS_SECONDS`; 0 keeps them forever. One batch per table per step, each step its
+own short transaction, so the claim path never waits behind a long delete, and a backlog of
+old rows is worked off step after step without pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+
+from . import config, db
+from .listening import run_listening
+from .queries import parse_named_queries
+
+log = logging.getLogger(__name__)
+
+FINISHED = ("prune_ingest_jobs", "prune_node_jobs", "prune_runs")
+EVENTS = ("prune_job_events", "prune_dispatch_events")
+
+
+@cache
+def _queries() -> dict[str, str]:
+    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("retention.sql").read_text())
+
+
+def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:
+    """One batch from each table whose window is set: rows deleted, by query name."""
+    settings = config.current().settings
+    deleted: dict[str, int] = {}
+    for names, keep in ((FINISHED, settings.retain_finished_seconds), (EVENTS, settings.retain_events_seconds)):
+        if keep <= 0:
+            continue
+        for name in names:
+            deleted[name] = conn.execute(_queries()[name], {"keep_seconds": keep, "batch": batch}).rowcount
+    return deleted
+
+
+class Retention:
+    """The leader's pruning service: a step every `retention_interval_seconds`, at once again while batches come full."""
+
+    def __init__(
+        self,
+        *,
+        stop_event: threading.Event,
+        guard: Callable[[db.Conn], None] | None = None,
+        batch: int = 500,
+        interval: float | None = None,
+    ) -> None:
+        self.stop_event = stop_event
+        self.guard = guard
+        self.batch = batch
+        self.interval = interval or config.current().settings.retention_interval_seconds
+        self.total = 0
+
+    def _step(self, conn: db.Conn) -> float:
+        deleted = prune_once(conn, batch=self.batch)
+        pruned = sum(deleted.values())
+        self.total += pruned
+        if pruned:
+            log.info("retention: pruned %s", ", ".join(f"{n} {name.removeprefix('prune_')}" for name, n in deleted.items() if n))
+        return 0.0 if any(n >= self.batch for n in deleted.values()) else self.interval
+
+    def run_forever(self) -> None:
+        run_listening(self.stop_event, what="retention", channel=None, step=self._step, guard=self.guard)
