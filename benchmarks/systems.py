@@ -111,6 +111,17 @@ class QueueWorkflows(System):
         )
 
 
+class QueueWorkflowsBatch(QueueWorkflows):
+    name = "queue_workflows_batch"
+    batch = 100
+    config = f"python -m qw_services.worker --queue=fetch --batch {batch} (batch mode: one claim and one completion statement per batch)"
+
+    def spawn_workers(self, procs: Procs, n: int) -> list:
+        env = common.qw_env(self.url)
+        argv = [sys.executable, "-m", "qw_services.worker", "--queue=fetch", f"--batch={self.batch}"]
+        return [procs.spawn("qw-batch-worker", argv, env) for _ in range(n)]
+
+
 class Procrastinate(System):
     name = "procrastinate"
     config = "python -m procrastinate worker --concurrency=1 (sync no-op task; defaults otherwise)"
@@ -254,7 +265,7 @@ class PgQueuer(System):
         )
 
 
-ALL = (QueueWorkflows, PgQueuer, Procrastinate)
+ALL = (QueueWorkflows, QueueWorkflowsBatch, PgQueuer, Procrastinate)
 
 
 def select(names: str) -> list[type[System]]:

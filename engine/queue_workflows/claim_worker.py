@@ -124,7 +124,7 @@ class ClaimWorker:
         self.beat.job_finished()  # the release below revokes the job: that must not read as a takeover
         try:
             with db.connect(autocommit=True, url=self.url) as conn:
-                released = jobstore.release(conn, self.table, job_id, self.worker_id)
+                released = jobstore.release(conn, self.table, [job_id], self.worker_id)
                 conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
             log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
         finally:
@@ -262,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--queue", required=True, help="cpu, gpu, or one of the configured ingest queues")
     parser.add_argument("--app", default=None, help="module that registers tasks and may call configure() (default: QW_APP)")
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+    batch = parser.add_argument_group("batch mode (cpu and ingest queues; default: QW_BATCH_SIZE, QW_BATCH_MODE, QW_BATCH_CONCURRENCY)")
+    batch.add_argument("--batch", type=int, default=None, metavar="N", help="claim up to N jobs per statement (1: one at a time)")
+    batch.add_argument("--batch-mode", choices=("sequential", "threads", "async"), default=None,
+                       help="run a batch one job after another, on a thread pool, or (async def tasks) on an event loop")
+    batch.add_argument("--concurrency", type=int, default=None, metavar="M", help="jobs of a batch running at once (threads/async)")
     return parser
 
 
@@ -276,9 +281,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return app_loader.run_tool(lambda: _run(args))
 
 
+def build_worker(args: argparse.Namespace) -> ClaimWorker:
+    """A one-job worker, or a batch worker when a batch size or concurrency above 1 is asked for."""
+    settings = config.current().settings
+    size = args.batch if args.batch is not None else settings.batch_size
+    mode = args.batch_mode or settings.batch_mode
+    concurrency = args.concurrency if args.concurrency is not None else settings.batch_concurrency
+    if size == 1 and concurrency == 1 and mode == "sequential":
+        return ClaimWorker(args.queue, max_jobs=args.max_jobs)
+    from .batch import BatchWorker  # imports this module: loaded only when asked for
+
+    return BatchWorker(args.queue, batch_size=size, mode=mode, concurrency=concurrency, max_jobs=args.max_jobs)
+
+
 def _run(args: argparse.Namespace) -> int:
     loaded = app_loader.load_app(args.app)
-    worker = ClaimWorker(args.queue, max_jobs=args.max_jobs)
+    worker = build_worker(args)
     stop = threading.Event()
 
     def _stop() -> None:

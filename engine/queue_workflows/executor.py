@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import inspect
 import logging
 import traceback
 from dataclasses import dataclass
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 from . import config, tasks
@@ -45,12 +48,31 @@ def _checked_result(value: Any, what: str) -> Any:
 
 
 def run_ingest_job(job: dict[str, Any]) -> Outcome:
+    """Call the job's task; an `async def` task is run to completion on an event loop of its own."""
     try:
         task = tasks.get_ingest_task(job["task_name"])
         value = task(job["reason"], dict(job["args"] or {}))
+        if inspect.isawaitable(value):
+            value = asyncio.run(_awaited(value))
         return Outcome("completed", result=_checked_result(value, f"task {task.name!r}"))
     except BaseException as exc:  # noqa: BLE001 - SystemExit & co. from task code too; signals never raise here
         return _failure(exc)
+
+
+async def run_ingest_job_async(job: dict[str, Any]) -> Outcome:
+    """The same on the caller's event loop, so a batch of `async def` tasks runs concurrently."""
+    try:
+        task = tasks.get_ingest_task(job["task_name"])
+        value = task(job["reason"], dict(job["args"] or {}))
+        if inspect.isawaitable(value):
+            value = await value
+        return Outcome("completed", result=_checked_result(value, f"task {task.name!r}"))
+    except BaseException as exc:  # noqa: BLE001
+        return _failure(exc)
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 def run_node_job(job: dict[str, Any]) -> Outcome:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -83,15 +84,17 @@ def mark(table: JobTable, outcome: str, job_id: int, *, conn: db.Conn | None = N
     return fetch_one(conn, mark_statement(table, outcome, job_id, **kwargs))
 
 
-def release(conn: db.Conn | None, table: JobTable, job_id: int, worker_id: str) -> bool:
-    with db.transaction(conn) as c:
-        return c.execute(queries.query("release_job", table), {"job_id": job_id, "worker_id": worker_id}).fetchone() is not None
+def release(conn: db.Conn | None, table: JobTable, job_ids: Sequence[int], worker_id: str) -> set[int]:
+    """Hand the caller's running jobs back uncharged; the ids that were still its own."""
+    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        return {r["id"] for r in cur.execute(queries.query("release_job", table), {"ids": list(job_ids), "worker_id": worker_id})}
 
 
-def renew_lease(conn: db.Conn, table: JobTable, job_id: int, worker_id: str, lease_seconds: float) -> bool:
-    params = {"job_id": job_id, "worker_id": worker_id, "lease_seconds": lease_seconds}
-    with db.transaction(conn) as c:
-        return c.execute(queries.query("renew_lease", table), params).fetchone() is not None
+def renew_lease(conn: db.Conn, table: JobTable, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> set[int]:
+    """Extend the lease of the caller's running jobs; the ids it still holds (a missing one was taken)."""
+    params = {"ids": list(job_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
+    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        return {r["id"] for r in cur.execute(queries.query("renew_lease", table), params)}
 
 
 def lockless_jobs(conn: db.Conn, table: JobTable, *, session_grace_seconds: float) -> list[int]:

@@ -115,12 +115,8 @@ def _suspect(s: str) -> bool:
     return "\x00" in s or not s.isascii()
 
 
-def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = False) -> Jsonb | None:
-    """Validate `value` as a JSON object within `max_bytes`; returns it ready to bind."""
-    if value is None:
-        if allow_none:
-            return None
-        value = {}
+def json_text(value: Any, *, what: str, max_bytes: int) -> str:
+    """`value` validated as a JSON object within `max_bytes`, as compact JSON text."""
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"{what} must be a JSON object (dict), not {type(value).__name__}")
     check_json_tree(value, what=what, max_nodes=max_bytes)
@@ -131,6 +127,16 @@ def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = Fal
     size = len(text.encode())
     if size > max_bytes:
         raise InvalidPayloadError(f"{what} is {size} bytes, over the {max_bytes}-byte limit (QW_MAX_PAYLOAD_BYTES)")
+    return text
+
+
+def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = False) -> Jsonb | None:
+    """Validate `value` as a JSON object within `max_bytes`; returns it ready to bind."""
+    if value is None:
+        if allow_none:
+            return None
+        value = {}
+    text = json_text(value, what=what, max_bytes=max_bytes)
 
     def _already_dumped(_obj: Any) -> str:
         return text

@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     stall_timeout_seconds: float = Field(default=120.0, gt=0)
     watchdog_max_trips: int = Field(default=3, ge=1, le=100)
     worker_max_jobs: int | None = Field(default=None, ge=1)
+    # Batch mode (cpu/ingest workers only): rows per claim, how they run, and how many at once.
+    batch_size: int = Field(default=1, ge=1, le=1000)
+    batch_mode: Literal["sequential", "threads", "async"] = "sequential"
+    batch_concurrency: int = Field(default=1, ge=1, le=256)
     memory_throttle_percent: float = Field(default=90.0, gt=0, le=100)
     memory_resume_percent: float = Field(default=80.0, gt=0, le=100)
     gpu_throttle_percent: float = Field(default=85.0, gt=0, le=100)

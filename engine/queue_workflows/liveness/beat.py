@@ -94,15 +94,23 @@ class LivenessBeat(threading.Thread):
 
     # -- called from the worker's main thread ----------------------------------------------
 
-    def job_started(self, table: JobTable, job_id: int, budget_seconds: float = float("inf")) -> None:
+    def job_started(self, table: JobTable, job_id: int, budget_seconds: float = float("inf"), batch: tuple[int, ...] = ()) -> None:
+        """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch`."""
         now = self.now_fn()
         with self._job_lock:
-            self._job = CurrentJob(table, job_id)
+            self._job = CurrentJob(table, job_id, batch)
             self._lease_deadline = now + self.lease_seconds
             self._next_renew = now + self.renew_seconds
             self.watch.start(job_id, budget_seconds)
         self.state = "busy"
         self._poke()
+
+    def job_advanced(self, job_id: int, budget_seconds: float = float("inf")) -> None:
+        """The next row of the running batch starts: the watchdogs follow it; the lease stays the batch's."""
+        with self._job_lock:
+            if self._job is not None:
+                self._job = CurrentJob(self._job.table, job_id, self._job.batch)
+                self.watch.start(job_id, budget_seconds)
 
     def job_finished(self) -> None:
         """The job's code returned: from here on, losing the job is the worker's own doing."""
@@ -179,7 +187,7 @@ class LivenessBeat(threading.Thread):
             self._next_memory_check = now + self.memory_check_seconds
             self._check_memory(self.throttle)
         job = self._job
-        if job is not None and (job.job_id in revoked or now >= self._next_renew):
+        if job is not None and (revoked.intersection(job.ids) or now >= self._next_renew):
             self._renew(conn, job, now)
         if now >= self._next_heartbeat:
             self._heartbeat(conn, job)
@@ -245,13 +253,15 @@ class LivenessBeat(threading.Thread):
             self._next_heartbeat = 0.0  # show parked / claiming again at once
 
     def _renew(self, conn: db.Conn, job: CurrentJob, now: float) -> None:
-        if jobstore.renew_lease(conn, job.table, job.job_id, self.worker_id, self.lease_seconds):
+        held = jobstore.renew_lease(conn, job.table, job.ids, self.worker_id, self.lease_seconds)
+        if len(held) == len(job.ids):
             with self._job_lock:
-                if self._job is job:
+                if self._job is not None and set(self._job.ids) == set(job.ids):
                     self._lease_deadline = now + self.lease_seconds
                     self._next_renew = now + self.renew_seconds
         else:
-            self._job_taken(job, "it was reclaimed, released or ended by someone else")
+            lost = sorted(set(job.ids) - held)
+            self._job_taken(self._job or job, f"job(s) {lost} reclaimed, released or ended by someone else")
 
     def _heartbeat(self, conn: db.Conn, job: CurrentJob | None) -> None:
         params = {

@@ -29,8 +29,15 @@ WRITES = {EXIT_BUDGET: "watchdog_trip", EXIT_STALLED: "watchdog_trip", EXIT_DEVI
 
 @dataclass(frozen=True)
 class CurrentJob:
+    """The job the worker runs; a batch worker's other claimed rows ride along in `batch`."""
+
     table: JobTable
     job_id: int
+    batch: tuple[int, ...] = ()
+
+    @property
+    def ids(self) -> list[int]:
+        return [self.job_id, *(i for i in self.batch if i != self.job_id)]
 
 
 def stop_job(
@@ -50,7 +57,7 @@ def stop_job(
     subject = f"job {job.job_id}" if job is not None else "worker"
     statement = WRITES.get(trip.code) if job is not None else None
     outcome = ""
-    if statement is not None or device_check is not None:
+    if statement is not None or device_check is not None or (job is not None and len(job.ids) > 1):
         try:
             outcome = _write(job, trip, statement, url=url, worker_id=worker_id, max_trips=max_trips, device_check=device_check)
         except Exception as exc:  # noqa: BLE001 - leave anyway; the lease returns the job
@@ -67,9 +74,14 @@ def _write(
                          options="-c statement_timeout=5000") as conn, conn.transaction():
         if device_check is not None:
             conn.execute(queries.query("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
-        if job is None or statement is None:
+        if job is None:
             return ""
-        params = {"job_id": job.job_id, "worker_id": worker_id, "max_trips": max_trips,
+        others = job.ids[1:]
+        if others:  # a batch's other rows: handed back uncharged (rows no longer ours are left alone)
+            conn.execute(queries.query("release_job", job.table), {"ids": others, "worker_id": worker_id})
+        if statement is None:
+            return f"; {len(others)} other row(s) of its batch handed back" if others else ""
+        params = {"job_id": job.job_id, "ids": [job.job_id], "worker_id": worker_id, "max_trips": max_trips,
                   "error": f"stopped by the worker (exit {trip.code}): {trip.reason}"}
         row = conn.execute(queries.query(statement, job.table), params).fetchone()
     if row is None:

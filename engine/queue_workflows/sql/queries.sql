@@ -93,17 +93,18 @@ UPDATE {table}
 RETURNING *;
 
 -- name: release_job
--- Hand a running job back untouched (graceful stop): the attempt is not charged.
+-- Hand running jobs back untouched (graceful stop, a batch's unstarted rows): no attempt charged.
 UPDATE {table}
    SET status = 'queued', claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL,
        attempts = greatest(attempts - 1, 0), started_at = NULL, updated_at = now()
- WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+ WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(worker_id)s AND status = 'running'
 RETURNING id;
 
 -- name: renew_lease
+-- Every row the worker runs (one job, or a batch's rows); those it gets back are still its own.
 UPDATE {table}
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s), updated_at = now()
- WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+ WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(worker_id)s AND status = 'running'
 RETURNING id;
 
 -- name: lockless_jobs
@@ -346,3 +347,46 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
  GROUP BY r.id
  ORDER BY r.id DESC
  LIMIT %(limit)s;
+
+-- Batch mode (queue_workflows.batch) ------------------------------------------------------
+
+-- name: claim_batch
+-- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
+-- queued (depth over the queue's live workers, rounded up), so a batch never leaves its peers
+-- idle on a short queue. The depth count stops at limit x workers: it stays cheap at any backlog.
+WITH peers AS (
+    SELECT greatest(count(*), 1) AS n FROM worker_heartbeats WHERE queue = %(queue)s
+), depth AS (
+    SELECT count(*) AS n
+      FROM (SELECT 1 FROM {table} WHERE status = 'queued' AND queue = %(queue)s
+             LIMIT %(limit)s::bigint * (SELECT n FROM peers)) AS q
+)
+UPDATE {table} AS j
+   SET status = 'running',
+       claimed_by = %(worker_id)s,
+       claim_lock_key = %(lock_key)s,
+       attempts = j.attempts + 1,
+       lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       started_at = now(),
+       updated_at = now()
+ WHERE j.id IN (
+        SELECT id
+          FROM {table}
+         WHERE status = 'queued' AND queue = %(queue)s
+         ORDER BY {order_by}
+           FOR UPDATE SKIP LOCKED
+         LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int)
+RETURNING j.*;
+
+-- name: complete_batch
+-- A batch's successes in one statement; a row no longer the caller's is left alone (and not returned).
+UPDATE {table} AS j
+   SET status = 'completed', {result_column} = v.result, error = NULL,
+       lease_expires_at = NULL, finished_at = now(), updated_at = now()
+  FROM unnest(%(ids)s::bigint[], %(results)s::jsonb[]) AS v(id, result)
+ WHERE j.id = v.id AND j.claimed_by = %(worker_id)s AND j.status = 'running'
+RETURNING j.id;
+
+-- name: copy_ingest_jobs
+-- Bulk enqueue of validated rows (node_queue.copy_ingest_jobs), columns in _INGEST_ARGS order.
+COPY ingest_jobs (task_name, queue, args, reason, priority, max_attempts) FROM STDIN;

@@ -1,0 +1,81 @@
+"""Running a claimed batch: one after another, on a small thread pool, or on an event loop.
+
+A runner only calls the job code (through the executor) and collects outcomes in claim order;
+it never touches the database. `on_start(job)` is called as each job starts, so the liveness
+watchdogs follow the running job when the batch runs sequentially.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+from ..executor import Outcome, run_ingest_job, run_ingest_job_async, run_node_job
+
+Mode = Literal["sequential", "threads", "async"]
+MODES: tuple[Mode, ...] = ("sequential", "threads", "async")
+Job = dict[str, Any]
+
+
+class BatchRunner:
+    def __init__(self, *, node_jobs: bool, mode: Mode = "sequential", concurrency: int = 1) -> None:
+        if mode not in MODES:
+            raise ValueError(f"batch mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode == "async" and node_jobs:
+            raise ValueError("async batches run ingest tasks (async def); DAG node jobs use 'sequential' or 'threads'")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.node_jobs = node_jobs
+        self.mode = mode
+        self.concurrency = concurrency
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="qw-batch") if mode == "threads" else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, jobs: Sequence[Job], *, on_start: Callable[[Job], None], stop: threading.Event) -> list[Outcome | None]:
+        """Each job's outcome, in order; None for a job not started because `stop` was set first."""
+        if self.mode == "threads":
+            return self._threads(jobs, stop)
+        if self.mode == "async":
+            return self._async(jobs, stop)
+        outcomes: list[Outcome | None] = []
+        for job in jobs:
+            if stop.is_set():
+                outcomes.append(None)
+                continue
+            on_start(job)
+            outcomes.append(self._one(job))
+        return outcomes
+
+    def _one(self, job: Job) -> Outcome:
+        return run_node_job(job) if self.node_jobs else run_ingest_job(job)
+
+    def _threads(self, jobs: Sequence[Job], stop: threading.Event) -> list[Outcome | None]:
+        assert self._pool is not None
+
+        def guarded(job: Job) -> Outcome | None:
+            return None if stop.is_set() else self._one(job)
+
+        return list(self._pool.map(guarded, jobs))
+
+    def _async(self, jobs: Sequence[Job], stop: threading.Event) -> list[Outcome | None]:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self._gather(jobs, stop))
+
+    async def _gather(self, jobs: Sequence[Job], stop: threading.Event) -> list[Outcome | None]:
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(job: Job) -> Outcome | None:
+            async with gate:
+                return None if stop.is_set() else await run_ingest_job_async(job)
+
+        return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.close()

@@ -1,0 +1,189 @@
+"""The batch worker: for floods of small cpu/ingest jobs, claim up to N rows at once.
+
+A `ClaimWorker` in every other respect (session, lock, liveness beat, ON/OFF, throttle, stop):
+only the drain differs. One statement claims the batch, capped at this worker's share of the
+queue; the liveness beat leases every row of it and hands the unstarted ones back if the
+worker trips; outcomes are written together with the next claim, in one transaction:
+successes in one statement, a failure through the usual retry-or-fail pair, and rows a stop
+left unstarted handed back uncharged. A gpu worker never batches: it keeps concurrency 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import cache, partial
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from .. import db, jobstore, queries
+from ..backoff import retry_delay
+from ..claim_worker import ClaimWorker
+from ..errors import ConfigError
+from ..executor import Outcome
+from ..liveness.watchdogs import budget_for
+from ..payloads import clean_text
+from ..queries import JobTable
+from ..session import first_line
+from .runner import BatchRunner, Job, Mode
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 1000
+
+
+@cache
+def claim_batch_query(table: JobTable, claim_order: str) -> sql.Composed:
+    """`claim_batch`, ordered like the one-job claim (fixed fragments only; no model affinity: no gpu here)."""
+    order = sql.SQL(", ").join([queries.PRIORITY_ORDER[claim_order], queries.CREATED_ORDER])
+    return sql.SQL(queries.raw("claim_batch")).format(table=sql.Identifier(table), order_by=order)
+
+
+class BatchWorker(ClaimWorker):
+    def __init__(
+        self,
+        queue: str,
+        *,
+        batch_size: int,
+        mode: Mode = "sequential",
+        concurrency: int = 1,
+        max_jobs: int | None = None,
+    ) -> None:
+        if queue == "gpu":
+            raise ConfigError("a gpu worker runs one job at a time: batch mode is for the cpu and ingest queues")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ConfigError(f"--batch must be between 1 and {MAX_BATCH}, not {batch_size}")
+        super().__init__(queue, max_jobs=max_jobs)
+        self.batch_size = batch_size
+        try:
+            self.runner = BatchRunner(node_jobs=self.is_node_queue, mode=mode, concurrency=concurrency)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self._batch: list[Job] = []
+
+    def drain(self) -> int:
+        """Claim, run and store batches until the queue is empty (or we are told to stop)."""
+        ran = 0
+        jobs = self.session.run(self._claim_batch) if self._may_claim() else []
+        while jobs:
+            outcomes = self._run_batch(jobs)
+            ran += sum(o is not None for o in outcomes)
+            jobs = self.session.run(partial(self._store_batch, jobs=jobs, outcomes=outcomes))
+        return ran
+
+    def _limit(self) -> int:
+        if self.max_jobs is None:
+            return self.batch_size
+        return max(1, min(self.batch_size, self.max_jobs - self.jobs_done))
+
+    def _claim_statement_batch(self) -> jobstore.Statement:
+        params = {"queue": self.queue, "worker_id": self.worker_id, "lock_key": self.session.lock_key or 0,
+                  "lease_seconds": self.settings.lease_seconds, "limit": self._limit()}
+        return claim_batch_query(self.table, self.settings.claim_order), params
+
+    def _claim_batch(self, conn: Any) -> list[Job]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            jobs = cur.execute(*self._claim_statement_batch()).fetchall()
+            if not jobs and jobstore.promote_due(conn, self.table, self.queue):
+                jobs = cur.execute(*self._claim_statement_batch()).fetchall()
+        return jobs
+
+    def _budget(self, job: Job) -> float:
+        return float(job.get("budget_seconds") or budget_for(job, self.settings))
+
+    def _run_batch(self, jobs: list[Job]) -> list[Outcome | None]:
+        self._batch, self._job = jobs, jobs[0]
+        ids = tuple(j["id"] for j in jobs)
+        if self.runner.mode == "sequential":
+            budget = self._budget(jobs[0])  # the watchdogs then follow each job as it starts
+        else:  # concurrent: the batch as a whole, at its slowest job's pace
+            budget = max(map(self._budget, jobs)) * math.ceil(len(jobs) / self.runner.concurrency)
+        self.beat.job_started(self.table, ids[0], budget, batch=ids)
+
+        def started(job: Job) -> None:
+            self._job = job
+            self.beat.job_advanced(job["id"], self._budget(job))
+
+        outcomes = self.runner.run(jobs, on_start=started, stop=self.stop_event)
+        self.jobs_done += sum(o is not None for o in outcomes)
+        return outcomes
+
+    def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
+        """The batch's outcomes and the next claim, one transaction; a refused batch write is retried job by job."""
+        self.beat.job_finished()  # before the commit: revocations we cause ourselves must not stop us
+        try:
+            with conn.pipeline(), conn.transaction():
+                self._write_outcomes(conn, jobs, outcomes)
+                claim = conn.cursor(row_factory=dict_row).execute(*self._claim_statement_batch()) if self._may_claim() else None
+            next_jobs = claim.fetchall() if claim is not None else []
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
+            log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(jobs))
+            for job, outcome in zip(jobs, outcomes):
+                self._store_alone(conn, job, outcome)
+            next_jobs = self._claim_batch(conn) if self._may_claim() else []
+        self._batch, self._job = [], None
+        self._report_batch(jobs, outcomes)
+        return next_jobs
+
+    def _write_outcomes(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> None:
+        done = [(j["id"], o.result) for j, o in zip(jobs, outcomes) if o is not None and o.status == "completed"]
+        unstarted = [j["id"] for j, o in zip(jobs, outcomes) if o is None]
+        if done:
+            ids, results = zip(*done)
+            conn.execute(queries.query("complete_batch", self.table),
+                         {"ids": list(ids), "results": list(results), "worker_id": self.worker_id})
+        if unstarted:
+            conn.execute(queries.query("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id})
+        for job, outcome in zip(jobs, outcomes):
+            if outcome is not None and outcome.status == "failed":
+                self._write_failure(conn, job, outcome.error or "")
+
+    def _write_failure(self, conn: Any, job: Job, error: str) -> None:
+        """Retry after a backoff while attempts remain (the mark then matches nothing), else fail."""
+        if job["attempts"] < job["max_attempts"]:
+            delay = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
+            conn.execute(*jobstore.retry_statement(self.table, job["id"], self.worker_id, error=error, delay_seconds=delay))
+        conn.execute(*jobstore.mark_statement(self.table, "failed", job["id"], error=error, worker_id=self.worker_id))
+
+    def _store_alone(self, conn: Any, job: Job, outcome: Outcome | None) -> None:
+        try:
+            with conn.transaction():
+                self._write_outcomes(conn, [job], [outcome])
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            error = clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}")
+            try:
+                with conn.transaction():
+                    self._write_failure(conn, job, error)
+            except psycopg.OperationalError:
+                raise
+            except Exception:  # noqa: BLE001 - left running without a renewer: its lease returns it
+                log.exception("job %s: not even its failure could be stored; its lease will return it", job["id"])
+
+    def _report_batch(self, jobs: list[Job], outcomes: list[Outcome | None]) -> None:
+        for job, outcome in zip(jobs, outcomes):
+            if outcome is not None and outcome.status == "failed":
+                last = (outcome.error or "").strip().splitlines()[-1:] or [""]
+                log.warning("job %s attempt %s failed: %s", job["id"], job["attempts"], last[0])
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("batch of %d stored (%d not started, handed back)", len(jobs), sum(o is None for o in outcomes))
+
+    def _abandon(self, job_id: int) -> None:
+        """Grace ran out mid-batch: every row of it goes back uncharged, then the process leaves."""
+        if self._batch:
+            try:
+                with db.connect(autocommit=True, url=self.url) as conn:
+                    jobstore.release(conn, self.table, [j["id"] for j in self._batch if j["id"] != job_id], self.worker_id)
+            except psycopg.Error as exc:
+                log.warning("batch rows not handed back (%s); their leases will return them", first_line(exc))
+        super()._abandon(job_id)
+
+    def _shutdown(self) -> None:
+        super()._shutdown()
+        self.runner.close()
