@@ -103,6 +103,16 @@ class Settings(BaseSettings):
     pool_max_size: int = Field(default=4, ge=1, le=100)
     data_dir: Path = Path(".qw")
 
+    # hw-metrics sidecar (docs/metrics.md).
+    hw_metrics_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    gpu_probe_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    metrics_port: int = Field(default=9464, ge=0, le=65535, description="Prometheus /metrics port; 0 serves none")
+    metrics_addr: str = "0.0.0.0"
+    cgroup_root: Path = Field(default=Path("/sys/fs/cgroup"), description="the host's cgroup tree, mounted read-only")
+    docker_url: str | None = Field(default=None, description="Docker API, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST)")
+    compose_project: str | None = None  # the stack's containers by compose label (default: the sidecar's own project)
+    container_prefix: str | None = None  # or by name prefix, as the seed did
+
     @field_validator("ingest_queues", "video_model_ids", mode="before")
     @classmethod
     def _split_queues(cls, value: Any) -> Any:

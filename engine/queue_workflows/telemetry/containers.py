@@ -1,0 +1,93 @@
+"""Which containers are this stack's: asked of Docker over its socket, with read calls only.
+
+A container belongs to the stack when its name starts with `container_prefix` (the seed's
+rule), else when its compose project label is `compose_project`, else when it shares the
+compose project of the container this process runs in. The Docker API is reached through
+the `docker` SDK's low-level client; the only calls made are the list and the inspect.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PROJECT_LABEL = "com.docker.compose.project"
+_ID_RE = re.compile(r"^[0-9a-f]{12,64}$")
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    id: str  # the full id, which names its cgroup
+    name: str
+
+
+class StackUnknown(Exception):
+    """There is no rule that says which containers are the stack's."""
+
+
+def docker_api(url: str | None, *, timeout: float = 5.0) -> Any:
+    """The SDK's low-level client: `url` (e.g. unix:///var/run/docker.sock), else DOCKER_HOST or the default socket."""
+    import docker
+
+    if url:
+        return docker.APIClient(base_url=url, timeout=timeout)
+    return docker.from_env(timeout=timeout).api
+
+
+def stack_containers(api: Any, *, prefix: str | None, project: str | None, own_id: str | None = None) -> list[ContainerRef]:
+    """The running containers of the stack, by name; raises what the API raises, StackUnknown without a rule."""
+    if prefix:
+        listed = api.containers()
+        rows = [row for row in listed if _name(row).startswith(prefix)]
+    else:
+        project = project or _own_project(api, own_id or socket.gethostname())
+        rows = api.containers(filters={"label": f"{PROJECT_LABEL}={project}"})
+    refs = [ContainerRef(str(row.get("Id", "")), _name(row)) for row in rows if isinstance(row, dict)]
+    return sorted((ref for ref in refs if _ID_RE.match(ref.id)), key=lambda ref: ref.name)
+
+
+def _name(row: Any) -> str:
+    names = row.get("Names") if isinstance(row, dict) else None
+    first = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    return first.lstrip("/")
+
+
+def _own_project(api: Any, own_id: str) -> str:
+    try:
+        labels = (api.inspect_container(own_id).get("Config") or {}).get("Labels") or {}
+    except Exception as exc:  # noqa: BLE001 - not in a container, or not one Docker knows
+        raise StackUnknown(
+            f"this process is not in a compose container ({type(exc).__name__}); "
+            "set QW_COMPOSE_PROJECT or QW_CONTAINER_PREFIX to say which containers are the stack's"
+        ) from None
+    project = labels.get(PROJECT_LABEL)
+    if not project:
+        raise StackUnknown("this container has no compose project label; set QW_COMPOSE_PROJECT or QW_CONTAINER_PREFIX")
+    return str(project)
+
+
+Lister = Callable[[], list[ContainerRef]]
+
+
+def docker_lister(*, url: str | None, prefix: str | None, project: str | None, timeout: float = 5.0) -> Lister:
+    """A lister that connects on first use and again after any failure (the socket may come and go)."""
+    client: list[Any] = []
+
+    def list_stack() -> list[ContainerRef]:
+        if not client:
+            client.append(docker_api(url, timeout=timeout))
+        try:
+            return stack_containers(client[0], prefix=prefix, project=project)
+        except StackUnknown:
+            raise
+        except Exception:
+            client.clear()
+            raise
+
+    return list_stack
