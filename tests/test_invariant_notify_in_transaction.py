@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 from queue_workflows import db, node_queue, register_ingest_task
+from queue_workflows.claim_worker import ready_channel
 
 
 @pytest.fixture
@@ -66,3 +67,16 @@ def test_bulk_enqueue_in_one_transaction_folds_to_one_notify_per_queue(database_
         for i in range(50):
             node_queue.enqueue_ingest_job("t", "fetch" if i % 2 else "load", {"i": i}, conn=writer)
     assert sorted(drain(listener)) == [("ingest_job_ready", "fetch"), ("ingest_job_ready", "load")]
+
+
+def test_each_queue_has_a_channel_of_its_own_so_other_queues_workers_sleep_on(database_url):
+    with db.connect(autocommit=True, url=database_url) as fetch_worker, db.connect(autocommit=True, url=database_url) as load_worker:
+        fetch_worker.execute(f"LISTEN {ready_channel('fetch')}")
+        load_worker.execute(f"LISTEN {ready_channel('load')}")
+        with db.connect(url=database_url) as writer, writer.transaction():
+            node_queue.enqueue_ingest_job("t", "fetch", conn=writer)
+            assert drain(fetch_worker, 0.1) == []  # still only at commit
+        assert drain(fetch_worker) == [("qw_ready_fetch", "fetch")]
+        assert drain(load_worker) == [], "an enqueue on fetch woke a load worker"
+        node_queue.enqueue_node_job("n", "cpu")
+        assert drain(fetch_worker) == [] and drain(load_worker) == []

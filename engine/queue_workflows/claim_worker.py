@@ -1,6 +1,6 @@
 """The claim worker: one process, one queue, one job at a time.
 
-LISTEN for the queue's channel, drain greedily, and fall back to a safety poll so a
+LISTEN on the queue's own channel, drain greedily, and fall back to a safety poll so a
 dropped NOTIFY costs at most `poll_seconds`. Claims and terminal marks run on the
 session connection that holds the worker's advisory lock.
 """
@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 
 
+def ready_channel(queue: str) -> str:
+    """The channel an enqueue on `queue` notifies (migration 0020): only this queue's workers wake."""
+    return f"qw_ready_{queue}"
+
+
 class ClaimWorker:
     def __init__(
         self,
@@ -48,7 +53,7 @@ class ClaimWorker:
         self.table: JobTable = node_queue.table_for(queue)
         self.is_node_queue = self.table == node_queue.NODE_TABLE
         self.queue = queue
-        self.channel = "node_job_ready" if self.is_node_queue else "ingest_job_ready"
+        self.channel = ready_channel(queue)
         self.worker_id = f"{self.settings.host_label}:{queue}:{os.getpid()}:{secrets.token_hex(3)}"
         self.max_jobs = max_jobs if max_jobs is not None else self.settings.worker_max_jobs
         self.jobs_done = 0
