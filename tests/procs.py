@@ -61,6 +61,9 @@ class Procs:
     def scheduler(self, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
         return self._spawn("scheduler", [sys.executable, "-m", "queue_workflows.scheduler", *extra], env)
 
+    def hw_metrics(self, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
+        return self._spawn("hw-metrics", [sys.executable, "-m", "qw_services.hw_metrics", *extra], env)
+
     def logs(self) -> str:
         parts = []
         for proc in self.started:

@@ -1,0 +1,131 @@
+"""The hw-metrics loop: sample the host every interval, publish to Postgres, keep Prometheus' view current.
+
+Sampling never depends on the database. Publishing uses one connection of its own, opened
+with short timeouts; any database error closes it and the next sample tries a fresh one,
+so an outage costs the notifications in between and nothing else: the loop, the host
+figures and the /metrics endpoint carry on, and `qw_hw_metrics_database_up` reads 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .. import config, db
+from ..node_queue import NODE_QUEUES
+from ..session import first_line
+from ..settings import Settings
+from . import gpus as gpu_sources
+from . import snapshot, store
+from .attribution import Attribution, attribution_from
+from .state import MetricsState
+from .gpu_sample import GpuSample
+from .host import HostReader
+
+log = logging.getLogger(__name__)
+
+GpuProbe = Callable[[], "list[GpuSample]"]
+
+
+class Sidecar:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        database_url: str | None = None,
+        gpu_probe: GpuProbe | None = None,
+        attribution: Attribution | None = None,
+        wall_fn: Callable[[], float] = time.time,
+    ) -> None:
+        cfg = config.current()
+        self.settings = settings or cfg.settings
+        self._database_url = database_url
+        self.host = HostReader()
+        timeout = self.settings.gpu_probe_timeout_seconds
+        self.gpu_probe = gpu_probe or (lambda: gpu_sources.probe(timeout=timeout))
+        self.attribution = attribution or attribution_from(self.settings, cpu_count=self.host.cpu_count())
+        self.wall_fn = wall_fn
+        self.state = MetricsState(host_label=self.settings.host_label)
+        self.state.known_queues.update(("node", q) for q in NODE_QUEUES)
+        self.state.known_queues.update(("ingest", q) for q in self.settings.ingest_queues)
+        self.outcomes = store.OutcomeCounter()
+        self._conn: db.Conn | None = None
+
+    def sample(self) -> dict[str, Any]:
+        """One snapshot of this host (version 1, docs/metrics.md); touches no database."""
+        figures = self.host.read()
+        try:
+            devices = self.gpu_probe()
+        except Exception:  # noqa: BLE001 - an injected probe's bug must not stop the loop
+            log.exception("GPU probe failed: no GPUs in this sample")
+            devices = []
+        stack = self.attribution.sample(host_cpu_percent=figures.cpu_percent, host_memory_used_bytes=figures.memory_used_bytes)
+        return snapshot.build(host_label=self.settings.host_label, sampled_at=self.wall_fn(), host=figures, gpus=devices, stack=stack)
+
+    def step(self) -> dict[str, Any]:
+        """Sample, then publish and refresh the queue figures; returns the snapshot."""
+        payload = self.sample()
+        self.state.update(payload=payload)
+        self.publish(payload)
+        return payload
+
+    def publish(self, payload: dict[str, Any]) -> bool:
+        try:
+            conn = self._connection()
+            store.publish(conn, payload)
+            queues = store.read_queue_figures(conn, stale_after_seconds=3 * self.settings.heartbeat_seconds)
+            self.outcomes.advance(conn)
+        except Exception as exc:  # noqa: BLE001 - the sidecar outlives any database trouble
+            self._close()
+            with self.state.lock:
+                was_up = self.state.database_up
+                self.state.database_up = False
+                self.state.publish_failures += 1
+            if was_up or self.state.publish_failures == 1:
+                kind = "database unavailable" if isinstance(exc, psycopg.OperationalError) else "publish failed"
+                log.warning("%s (%s): still sampling; retrying every %.1fs", kind, first_line(exc), self.settings.hw_metrics_interval_seconds)
+            return False
+        if not self.state.database_up:
+            log.info("publishing hw metrics to the database")
+        self.state.update(queues=queues, outcomes=dict(self.outcomes.totals), database_up=True)
+        return True
+
+    def _connection(self) -> db.Conn:
+        if self._conn is None or self._conn.closed:
+            url = self._database_url or config.current().database_url()
+            timeout = max(1, int(min(10.0, self.settings.hw_metrics_interval_seconds)))
+            self._conn = psycopg.connect(
+                url, autocommit=True, row_factory=dict_row, connect_timeout=timeout,
+                keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=2,
+            )
+            store.prepare_session(self._conn, statement_timeout_s=timeout)
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._conn = None
+
+    def run(self, stop: threading.Event) -> None:
+        """Every `hw_metrics_interval_seconds` until `stop`, however long a step took."""
+        interval = self.settings.hw_metrics_interval_seconds
+        log.info("hw-metrics sampling every %.1fs as host %r", interval, self.settings.host_label)
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.step()
+                except Exception:  # noqa: BLE001 - a bug in one sample must not end the sidecar
+                    log.exception("hw-metrics sample failed")
+                stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        finally:
+            self._close()

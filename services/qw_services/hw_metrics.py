@@ -1,0 +1,97 @@
+"""`queue-hw-metrics`: the per-host hw-metrics sidecar, with its Prometheus endpoint.
+
+Every flag has a QW_ setting behind it (docs/metrics.md); a flag wins over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from queue_workflows import app_loader, config, hw_metrics
+from queue_workflows.errors import ConfigError
+
+from .runtime import on_stop_signals, setup_logging
+
+__all__ = ["build_parser", "main"]
+
+FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--interval", "hw_metrics_interval_seconds", float, "seconds between samples (QW_HW_METRICS_INTERVAL_SECONDS, default 5)"),
+    ("--port", "metrics_port", int, "Prometheus port, 0 for none (QW_METRICS_PORT, default 9464)"),
+    ("--addr", "metrics_addr", str, "address the endpoint listens on (QW_METRICS_ADDR, default 0.0.0.0)"),
+    ("--host-label", "host_label", str, "this host's name in metrics and host_metrics (QW_HOST_LABEL, default: hostname)"),
+    ("--cgroup-root", "cgroup_root", Path, "the host's cgroup tree, mounted read-only (QW_CGROUP_ROOT, default /sys/fs/cgroup)"),
+    ("--docker-url", "docker_url", str, "Docker API URL (QW_DOCKER_URL, default: DOCKER_HOST or the local socket)"),
+    ("--compose-project", "compose_project", str, "the stack's compose project (QW_COMPOSE_PROJECT, default: the sidecar's own)"),
+    ("--container-prefix", "container_prefix", str, "or select the stack's containers by name prefix (QW_CONTAINER_PREFIX)"),
+    ("--gpu-timeout", "gpu_probe_timeout_seconds", float, "seconds each GPU tool may take (QW_GPU_PROBE_TIMEOUT_SECONDS, default 2)"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="queue-hw-metrics",
+        description="Sample this host's CPU/RAM/swap/load and GPUs, attribute CPU/RAM to the stack's containers, "
+        "NOTIFY hw_metrics and upsert host_metrics every interval, and serve Prometheus /metrics.",
+        epilog="Database: QW_DATABASE_URL. Outages are ridden out: sampling and /metrics carry on.",
+    )
+    parser.add_argument("--app", default=None, help="module imported first; its configure() applies (default: QW_APP)")
+    parser.add_argument("--once", action="store_true", help="print one snapshot as JSON and exit (no database)")
+    for flag, _, kind, text in FLAGS:
+        parser.add_argument(flag, type=kind, default=None, help=text)
+    return parser
+
+
+def _apply(args: argparse.Namespace) -> None:
+    overrides = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field, _, _ in FLAGS}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides:
+        current = config.current()
+        config.configure(db_url_env=current.db_url_env, **{**current.settings.model_dump(), **overrides})
+
+
+def serve(stop: threading.Event) -> int:
+    settings = config.current().settings
+    sidecar = hw_metrics.Sidecar(settings)
+    server = None
+    if settings.metrics_port:
+        try:
+            server, _ = start_http_server(settings.metrics_port, settings.metrics_addr, registry=hw_metrics.registry_for(sidecar.state))
+        except OSError as exc:
+            raise ConfigError(f"QW_METRICS_PORT/--port: cannot listen on {settings.metrics_addr}:{settings.metrics_port} ({exc})") from None
+        app_loader.log.info("serving Prometheus metrics on http://%s:%d/metrics", settings.metrics_addr, settings.metrics_port)
+    try:
+        sidecar.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    setup_logging("hw-metrics")
+    args = build_parser().parse_args(argv)
+
+    def _body() -> int:
+        app_loader.load_app(args.app, need_database=False)
+        _apply(args)
+        if args.once:
+            print(json.dumps(hw_metrics.sample(), indent=2))
+            return 0
+        config.current().database_url()
+        stop = threading.Event()
+        on_stop_signals(stop.set)
+        return serve(stop)
+
+    return app_loader.run_tool(_body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
