@@ -189,3 +189,27 @@ def test_docker_selection_by_project_label_prefix_or_own_project():
 def test_outside_a_compose_container_without_a_rule_says_what_to_set():
     with pytest.raises(StackUnknown, match="QW_COMPOSE_PROJECT"):
         stack_containers(FakeDockerAPI(ROWS), prefix=None, project=None, own_id="self")
+
+
+def test_the_lister_asks_for_its_own_project_once_and_reconnects_after_a_failure(monkeypatch):
+    from queue_workflows.telemetry import containers
+
+    apis: list[FakeDockerAPI] = []
+
+    def connect(url, *, timeout):
+        apis.append(FakeDockerAPI(ROWS, own={"Config": {"Labels": {"com.docker.compose.project": "qw"}}}))
+        return apis[-1]
+
+    monkeypatch.setattr(containers, "docker_api", connect)
+    lister = containers.docker_lister(url=None, prefix=None, project=None)
+    assert [r.name for r in lister()] == ["qw-head-1", "qw-worker-1"]
+    assert [r.name for r in lister()] == ["qw-head-1", "qw-worker-1"]
+    assert [name for name, _ in apis[0].calls] == ["inspect_container", "containers", "containers"]
+
+    def broken(filters=None, **kwargs):
+        raise ConnectionError("socket gone")
+
+    apis[0].containers = broken  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        lister()
+    assert [r.name for r in lister()] == ["qw-head-1", "qw-worker-1"] and len(apis) == 2

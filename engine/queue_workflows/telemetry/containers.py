@@ -76,18 +76,23 @@ Lister = Callable[[], list[ContainerRef]]
 
 
 def docker_lister(*, url: str | None, prefix: str | None, project: str | None, timeout: float = 5.0) -> Lister:
-    """A lister that connects on first use and again after any failure (the socket may come and go)."""
-    client: list[Any] = []
+    """A lister that connects on first use and again after any failure (the socket may come and go).
+
+    The sidecar's own compose project, when it is the rule, is asked for once and remembered.
+    """
+    state: dict[str, Any] = {}
 
     def list_stack() -> list[ContainerRef]:
-        if not client:
-            client.append(docker_api(url, timeout=timeout))
+        if "api" not in state:
+            state["api"] = docker_api(url, timeout=timeout)
         try:
-            return stack_containers(client[0], prefix=prefix, project=project)
+            if not prefix and not project and "project" not in state:
+                state["project"] = _own_project(state["api"], socket.gethostname())
+            return stack_containers(state["api"], prefix=prefix, project=project or state.get("project"))
         except StackUnknown:
             raise
         except Exception:
-            client.clear()
+            state.pop("api", None)
             raise
 
     return list_stack
