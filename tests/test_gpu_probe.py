@@ -193,6 +193,22 @@ def test_nvml_reads_each_device_and_leaves_a_lost_one_out():
     ]
 
 
+def test_a_device_lost_in_the_middle_of_a_read_is_left_out_but_an_unsupported_field_is_not():
+    lib = fake_nvml([
+        {"name": "A", "uuid": "GPU-a", "used": 1, "total": 2, "util": 3, "temp": None, "power_mw": None},
+        {"name": "B", "uuid": "GPU-b", "used": 1, "total": 2, "util": 3, "temp": 40, "power_mw": 1000},
+    ])
+    real_temperature = lib.nvmlDeviceGetTemperature
+
+    def temperature(handle, *args):
+        if handle == 1:
+            raise FakeNVMLError("GPU is lost")
+        return real_temperature(handle, *args)
+
+    lib.nvmlDeviceGetTemperature = temperature
+    assert [(s.uuid, s.temperature_c) for s in nvidia.nvml_samples(lib=lib, timeout=5)] == [("GPU-a", None)]
+
+
 def test_nvml_without_a_driver_is_absent_so_nvidia_smi_answers(tools, monkeypatch):
     monkeypatch.setattr(nvidia, "load_pynvml", lambda: fake_nvml([], init_error=True))
     assert nvidia.nvml_samples(timeout=5) is None

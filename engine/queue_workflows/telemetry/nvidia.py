@@ -54,34 +54,45 @@ def _read_nvml(nvml: Any) -> list[GpuSample] | None:
             pass
 
 
+class _DeviceLost(Exception):
+    pass
+
+
+def _is_lost(exc: Exception) -> bool:
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "gpuislost" in text.replace("_", "") or "gpu is lost" in text
+
+
 def _nvml_device(nvml: Any, index: int) -> GpuSample | None:
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        name = text_or_none(nvml.nvmlDeviceGetName(handle)) or f"gpu{index}"
-    except Exception as exc:  # noqa: BLE001 - GpuIsLost, Unknown: the device is absent
-        log.warning("NVML: GPU %d unreadable (%s): left out", index, exc)
-        return None
+    """The device's readings; None when it is lost, whether at its handle or in the middle of a read."""
 
     def field(fn: Any, *args: Any) -> Any:
         try:
             return fn(handle, *args)
-        except Exception:  # noqa: BLE001 - NotSupported on this board: the field is unknown
+        except Exception as exc:  # noqa: BLE001 - NotSupported on this board: the field is unknown
+            if _is_lost(exc):
+                raise _DeviceLost(str(exc)) from None
             return None
 
-    memory = field(nvml.nvmlDeviceGetMemoryInfo)
-    rates = field(nvml.nvmlDeviceGetUtilizationRates)
-    power_mw = to_float(field(nvml.nvmlDeviceGetPowerUsage))
-    return GpuSample(
-        index=index,
-        name=name,
-        uuid=text_or_none(field(nvml.nvmlDeviceGetUUID)),
-        source="nvml",
-        util_percent=to_float(getattr(rates, "gpu", None)),
-        memory_used_bytes=to_bytes(getattr(memory, "used", None), "B"),
-        memory_total_bytes=to_bytes(getattr(memory, "total", None), "B"),
-        temperature_c=to_float(field(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))),
-        power_w=power_mw / 1000.0 if power_mw is not None else None,
-    )
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        memory = field(nvml.nvmlDeviceGetMemoryInfo)
+        rates = field(nvml.nvmlDeviceGetUtilizationRates)
+        power_mw = to_float(field(nvml.nvmlDeviceGetPowerUsage))
+        return GpuSample(
+            index=index,
+            name=text_or_none(nvml.nvmlDeviceGetName(handle)) or f"gpu{index}",
+            uuid=text_or_none(field(nvml.nvmlDeviceGetUUID)),
+            source="nvml",
+            util_percent=to_float(getattr(rates, "gpu", None)),
+            memory_used_bytes=to_bytes(getattr(memory, "used", None), "B"),
+            memory_total_bytes=to_bytes(getattr(memory, "total", None), "B"),
+            temperature_c=to_float(field(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))),
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+        )
+    except Exception as exc:  # noqa: BLE001 - GpuIsLost, Unknown: the device is absent
+        log.warning("NVML: GPU %d unreadable (%s): left out", index, exc)
+        return None
 
 
 def nvidia_smi_samples(*, timeout: float = 2.0) -> list[GpuSample] | None:
