@@ -238,9 +238,7 @@ class ClaimWorker:
         if claim_next:
             statements.append(self._claim_statement())
         self.beat.job_finished()  # before the commit: a revocation we cause ourselves must not stop us
-        with conn.pipeline(), conn.transaction():
-            cursors = [conn.execute(*statement) for statement in statements]
-        rows = [cursor.fetchone() for cursor in cursors]
+        rows = [cursor.fetchone() for cursor in db.one_round_trip(conn, statements)]
         self._job = None
         next_job = rows.pop() if claim_next else None
         retried = rows[0] if retry_in is not None else None

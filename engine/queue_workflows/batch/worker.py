@@ -115,10 +115,12 @@ class BatchWorker(ClaimWorker):
         """The batch's outcomes and the next claim, one transaction; a refused batch write is retried job by job."""
         self.beat.job_finished()  # before the commit: revocations we cause ourselves must not stop us
         try:
-            with conn.pipeline(), conn.transaction():
-                self._write_outcomes(conn, jobs, outcomes)
-                claim = conn.cursor(row_factory=dict_row).execute(*self._claim_statement_batch()) if self._may_claim() else None
-            next_jobs = claim.fetchall() if claim is not None else []
+            statements = self._outcome_statements(jobs, outcomes)
+            claim_next = self._may_claim()
+            if claim_next:
+                statements.append(self._claim_statement_batch())
+            cursors = db.one_round_trip(conn, statements)
+            next_jobs = list(cursors[-1].fetchall()) if claim_next else []
         except psycopg.OperationalError:
             raise
         except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
@@ -130,37 +132,40 @@ class BatchWorker(ClaimWorker):
         self._report_batch(jobs, outcomes)
         return next_jobs
 
-    def _write_outcomes(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> None:
+    def _outcome_statements(self, jobs: list[Job], outcomes: list[Outcome | None]) -> list[jobstore.Statement]:
+        """Successes in one statement, unstarted rows handed back in one, each failure as retry-or-fail."""
+        statements: list[jobstore.Statement] = []
         done = [(j["id"], o.result) for j, o in zip(jobs, outcomes) if o is not None and o.status == "completed"]
         unstarted = [j["id"] for j, o in zip(jobs, outcomes) if o is None]
         if done:
             ids, results = zip(*done)
-            conn.execute(queries.query("complete_batch", self.table),
-                         {"ids": list(ids), "results": list(results), "worker_id": self.worker_id})
+            statements.append((queries.query("complete_batch", self.table),
+                               {"ids": list(ids), "results": list(results), "worker_id": self.worker_id}))
         if unstarted:
-            conn.execute(queries.query("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id})
+            statements.append((queries.query("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
         for job, outcome in zip(jobs, outcomes):
             if outcome is not None and outcome.status == "failed":
-                self._write_failure(conn, job, outcome.error or "")
+                statements.extend(self._failure_statements(job, outcome.error or ""))
+        return statements
 
-    def _write_failure(self, conn: Any, job: Job, error: str) -> None:
+    def _failure_statements(self, job: Job, error: str) -> list[jobstore.Statement]:
         """Retry after a backoff while attempts remain (the mark then matches nothing), else fail."""
+        statements = []
         if job["attempts"] < job["max_attempts"]:
             delay = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            conn.execute(*jobstore.retry_statement(self.table, job["id"], self.worker_id, error=error, delay_seconds=delay))
-        conn.execute(*jobstore.mark_statement(self.table, "failed", job["id"], error=error, worker_id=self.worker_id))
+            statements.append(jobstore.retry_statement(self.table, job["id"], self.worker_id, error=error, delay_seconds=delay))
+        statements.append(jobstore.mark_statement(self.table, "failed", job["id"], error=error, worker_id=self.worker_id))
+        return statements
 
     def _store_alone(self, conn: Any, job: Job, outcome: Outcome | None) -> None:
         try:
-            with conn.transaction():
-                self._write_outcomes(conn, [job], [outcome])
+            db.one_round_trip(conn, self._outcome_statements([job], [outcome]))
         except psycopg.OperationalError:
             raise
         except Exception as exc:  # noqa: BLE001
             error = clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}")
             try:
-                with conn.transaction():
-                    self._write_failure(conn, job, error)
+                db.one_round_trip(conn, self._failure_statements(job, error))
             except psycopg.OperationalError:
                 raise
             except Exception:  # noqa: BLE001 - left running without a renewer: its lease returns it
