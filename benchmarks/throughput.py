@@ -1,10 +1,12 @@
-"""No-op job throughput: queue_workflows vs pgqueuer vs procrastinate, 1/2/4 worker processes.
+"""No-op job throughput: queue_workflows (one-job and batch mode) vs pgqueuer vs procrastinate, 1/2/4 processes.
 
 For each system and worker count: start the worker processes and wait until they are ready,
 commit N no-op jobs in one transaction, and time from that commit until no job is left
 unfinished (polled every 20 ms). Every system gets its own database on the same Postgres.
+The ceiling is measured first in the same run: one connection committing a one-row UPDATE in
+a loop, the most transactions per second one process gets from this server.
 
-    python benchmarks/throughput.py [--jobs 5000] [--workers 1,2,4] [--quick] [--database-url DSN]
+    python benchmarks/throughput.py [--jobs 20000] [--workers 1,2,4] [--quick] [--database-url DSN]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import common
+from queue_workflows import testing
 import systems
 from common import Procs
 
@@ -59,14 +62,32 @@ def measure(system: systems.System, procs: Procs, workers: int, jobs: int, timeo
     return result
 
 
+def commit_ceiling(server_url: str, seconds: float = 2.0) -> float:
+    """Transactions per second of a bare one-row UPDATE commit loop, on one connection."""
+    import psycopg
+
+    url = testing.create_database(server_url, "qwbench_ceiling")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE ceiling (id int PRIMARY KEY, n bigint)")
+            conn.execute("INSERT INTO ceiling VALUES (1, 0)")
+            started, n = time.perf_counter(), 0
+            while time.perf_counter() - started < seconds:
+                conn.execute("UPDATE ceiling SET n = n + 1 WHERE id = 1")
+                n += 1
+            return n / (time.perf_counter() - started)
+    finally:
+        common.drop_database(server_url, url)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 5000; 1000 with --quick)")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 20000; 2000 with --quick)")
     parser.add_argument("--workers", default=None, help="worker counts, comma separated (default 1,2,4; 1,2 with --quick)")
     parser.add_argument("--systems", default=",".join(c.name for c in systems.ALL))
     parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds (default 40; 8 with --quick)")
     args = parser.parse_args(argv)
-    jobs = args.jobs or (1000 if args.quick else 5000)
+    jobs = args.jobs or (2000 if args.quick else 20000)
     counts = [int(x) for x in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
     timeout = args.timeout or (8.0 if args.quick else 40.0)
     classes = systems.select(args.systems)
@@ -74,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
         common.banner(f"throughput: {jobs} no-op jobs committed at once; worker processes {counts}", args, server_url)
+        ceiling = commit_ceiling(server_url)
+        print(f"   commit ceiling: {ceiling:,.0f} tx/s (one connection, one-row UPDATE per commit)")
         for cls in classes:
             system = cls(server_url)
             try:
@@ -93,14 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 system.teardown()
 
-    qw = {r.workers: r.rate for r in results if r.system == systems.QueueWorkflows.name}
+    pgq = {r.workers: r.rate for r in results if r.system == systems.PgQueuer.name}
     rows = []
     for r in results:
-        vs = "baseline" if r.system == systems.QueueWorkflows.name else common.ratio(qw.get(r.workers), r.rate)
-        rows.append([r.system, r.workers, f"{r.rate:,.0f}" if r.rate else "-", f"{r.seconds:.2f}" if r.seconds else "-", vs, r.note])
+        per_worker = f"{r.rate / r.workers / ceiling:.0%}" if r.rate else "-"
+        rows.append([r.system, r.workers, f"{r.rate:,.0f}" if r.rate else "-", f"{r.seconds:.2f}" if r.seconds else "-",
+                     common.ratio(r.rate, pgq.get(r.workers)), per_worker, r.note])
     print()
-    common.print_table(["system", "workers", "jobs/s", "seconds", "qw/peer", "note"], rows)
-    print("   qw/peer > 1 means queue_workflows finished the same batch faster than that peer.")
+    common.print_table(["system", "workers", "jobs/s", "seconds", "vs pgqueuer", "per worker / commit ceiling", "note"], rows)
+    print(f"   vs pgqueuer > 1: faster than pgqueuer with as many processes; commit ceiling {ceiling:,.0f} tx/s.")
     return 0
 
 
