@@ -47,7 +47,7 @@ def _scrape(port: int) -> dict[tuple[str, tuple], float]:
 
 
 def _sidecar(procs: Procs, url: str, tmp_path: Path, port: int, host: str):
-    env = service_env(url, PATH=_fake_nvidia_smi(tmp_path), DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    env = service_env(url, PATH=_fake_nvidia_smi(tmp_path), DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock", QW_METRICS_QUEUE_SECONDS="0.3")
     return procs.hw_metrics(env, "--interval", "0.3", "--port", str(port), "--addr", "127.0.0.1",
                             "--host-label", host, "--cgroup-root", str(tmp_path / "no-cgroup-mount"))
 

@@ -102,3 +102,46 @@ def test_outcome_counters_count_each_finished_job_once_from_start(database_url, 
     counter.advance(conn)
     counter.advance(conn)  # nothing new: nothing added
     assert counter.totals == {("ingest", "fetch", "completed"): 2, ("ingest", "load", "failed"): 1}
+
+
+def test_the_sidecar_reads_queue_figures_on_their_own_cadence_and_at_once_after_an_outage(database_url, tmp_path):
+    from pathlib import Path
+
+    from queue_workflows import config
+    from queue_workflows.telemetry.attribution import Attribution
+    from queue_workflows.telemetry.sidecar import Sidecar
+
+    class Clock:
+        now = 100.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    settings = config.current().settings.model_copy(update={"metrics_queue_seconds": 10.0, "host_label": "cadence"})
+    sidecar = Sidecar(settings, gpu_probe=list, monotonic_fn=clock,
+                      attribution=Attribution(cgroup_root=Path(tmp_path / "none"), lister=None, cpu_count=1))
+    tasks.register_ingest_task("noop", lambda reason: {})
+
+    def queued() -> int | None:
+        figures = sidecar.state.queues
+        return None if figures is None else figures.jobs.get(("ingest", "fetch", "queued"), 0)
+
+    sidecar.step()
+    assert queued() == 0 and sidecar.state.database_up
+    node_queue.enqueue_ingest_job("noop", "fetch")
+    clock.now += 5
+    sidecar.step()
+    assert queued() == 0  # not due yet: the row is upserted, the counts are not re-read
+    clock.now += 5
+    sidecar.step()
+    assert queued() == 1
+
+    node_queue.enqueue_ingest_job("noop", "fetch")
+    sidecar._database_url = "postgresql://nobody@127.0.0.1:1/absent?connect_timeout=1"  # an outage, as the sidecar sees it
+    sidecar._close()
+    assert sidecar.publish(sidecar.sample()) is False and not sidecar.state.database_up
+    sidecar._database_url = database_url
+    sidecar.step()  # back before the 10 s are up: read at once rather than serve the old counts as fresh
+    assert sidecar.state.database_up and queued() == 2
+    sidecar._close()

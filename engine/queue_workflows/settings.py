@@ -108,6 +108,7 @@ class Settings(BaseSettings):
     gpu_probe_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="Prometheus /metrics port; 0 serves none")
     metrics_addr: str = "0.0.0.0"
+    metrics_queue_seconds: float = Field(default=15.0, ge=0, description="how often queue/worker/model figures are read; 0: never")
     cgroup_root: Path = Field(default=Path("/sys/fs/cgroup"), description="the host's cgroup tree, mounted read-only")
     docker_url: str | None = Field(default=None, description="Docker API, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST)")
     compose_project: str | None = None  # the stack's containers by compose label (default: the sidecar's own project)

@@ -25,6 +25,7 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--interval", "hw_metrics_interval_seconds", float, "seconds between samples (QW_HW_METRICS_INTERVAL_SECONDS, default 5)"),
     ("--port", "metrics_port", int, "Prometheus port, 0 for none (QW_METRICS_PORT, default 9464)"),
     ("--addr", "metrics_addr", str, "address the endpoint listens on (QW_METRICS_ADDR, default 0.0.0.0)"),
+    ("--queue-seconds", "metrics_queue_seconds", float, "how often to read the cluster's queue, worker and model figures, 0 for never (QW_METRICS_QUEUE_SECONDS, default 15)"),
     ("--host-label", "host_label", str, "this host's name in metrics and host_metrics (QW_HOST_LABEL, default: hostname)"),
     ("--cgroup-root", "cgroup_root", Path, "the host's cgroup tree, mounted read-only (QW_CGROUP_ROOT, default /sys/fs/cgroup)"),
     ("--docker-url", "docker_url", str, "Docker API URL (QW_DOCKER_URL, default: DOCKER_HOST or the local socket)"),

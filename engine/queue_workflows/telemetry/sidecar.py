@@ -42,6 +42,7 @@ class Sidecar:
         gpu_probe: GpuProbe | None = None,
         attribution: Attribution | None = None,
         wall_fn: Callable[[], float] = time.time,
+        monotonic_fn: Callable[[], float] = time.monotonic,
     ) -> None:
         cfg = config.current()
         self.settings = settings or cfg.settings
@@ -51,6 +52,8 @@ class Sidecar:
         self.gpu_probe = gpu_probe or (lambda: gpu_sources.probe(timeout=timeout))
         self.attribution = attribution or attribution_from(self.settings, cpu_count=self.host.cpu_count())
         self.wall_fn = wall_fn
+        self.monotonic_fn = monotonic_fn
+        self._queues_due = 0.0
         self.state = MetricsState(host_label=self.settings.host_label)
         self.state.known_queues.update(("node", q) for q in NODE_QUEUES)
         self.state.known_queues.update(("ingest", q) for q in self.settings.ingest_queues)
@@ -79,10 +82,10 @@ class Sidecar:
         try:
             conn = self._connection()
             store.publish(conn, payload)
-            queues = store.read_queue_figures(conn, stale_after_seconds=3 * self.settings.heartbeat_seconds)
-            self.outcomes.advance(conn)
+            queues = self._queue_figures(conn)
         except Exception as exc:  # noqa: BLE001 - the sidecar outlives any database trouble
             self._close()
+            self._queues_due = 0.0  # back from an outage: read them at once, not stale ones for a while
             with self.state.lock:
                 was_up = self.state.database_up
                 self.state.database_up = False
@@ -93,8 +96,21 @@ class Sidecar:
             return False
         if not self.state.database_up:
             log.info("publishing hw metrics to the database")
-        self.state.update(queues=queues, outcomes=dict(self.outcomes.totals), database_up=True)
+        if queues is None:
+            self.state.update(database_up=True)
+        else:
+            self.state.update(queues=queues, outcomes=dict(self.outcomes.totals), database_up=True)
         return True
+
+    def _queue_figures(self, conn: db.Conn) -> store.QueueFigures | None:
+        """The cluster-wide figures every `metrics_queue_seconds` (0: never); None when not due."""
+        every = self.settings.metrics_queue_seconds
+        if every <= 0 or self.monotonic_fn() < self._queues_due:
+            return None
+        figures = store.read_queue_figures(conn, stale_after_seconds=3 * self.settings.heartbeat_seconds)
+        self.outcomes.advance(conn)
+        self._queues_due = self.monotonic_fn() + every
+        return figures
 
     def _connection(self) -> db.Conn:
         if self._conn is None or self._conn.closed:
