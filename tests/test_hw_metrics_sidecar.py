@@ -105,3 +105,107 @@ def test_the_sidecar_rides_out_a_postgres_restart(private_pg: PrivatePostgres, p
     assert log_text(proc).count("still sampling") == 1  # one warning per outage, not one per sample
     proc.send_signal(signal.SIGTERM)
     assert wait_exit(proc, 15, procs) == 0, log_text(proc)
+
+
+class FakeDockerEngine:
+    """A Docker Engine API on a unix socket, answering the sidecar's reads and recording every request."""
+
+    def __init__(self, socket_path: str, containers: list[dict]) -> None:
+        import socketserver
+        import threading
+        from http.server import BaseHTTPRequestHandler
+        from urllib.parse import parse_qs, urlparse
+
+        self.requests: list[tuple[str, str]] = []
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, status: int, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                engine.requests.append(("GET", self.path))
+                url = urlparse(self.path)
+                if url.path.endswith("/version"):
+                    return self._reply(200, {"ApiVersion": "1.44", "Version": "26.0.0", "MinAPIVersion": "1.24"})
+                if url.path.endswith("/containers/json"):
+                    label = json.loads(parse_qs(url.query).get("filters", ["{}"])[0]).get("label", [""])
+                    key, _, value = (label[0] if isinstance(label, list) else label).partition("=")
+                    return self._reply(200, [c for c in containers if not key or c["Labels"].get(key) == value])
+                return self._reply(404, {"message": "no such container"})
+
+            def _refuse(self) -> None:
+                engine.requests.append((self.command, self.path))
+                self._reply(405, {"message": "read-only fake"})
+
+            do_POST = do_PUT = do_DELETE = _refuse  # noqa: N815
+
+            def address_string(self) -> str:
+                return "unix"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = socketserver.ThreadingUnixStreamServer(socket_path, Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_sidecar_attributes_the_stacks_containers_through_a_docker_socket(database_url, procs, tmp_path):
+    import shutil
+    import tempfile
+
+    worker, other = "a" * 64, "c" * 64
+    containers = [
+        {"Id": worker, "Names": ["/qw-cpu-worker-1"], "Labels": {"com.docker.compose.project": "qw"}},
+        {"Id": other, "Names": ["/grafana"], "Labels": {"com.docker.compose.project": "monitoring"}},
+    ]
+    cgroup = tmp_path / "host-cgroup"
+    (cgroup / "system.slice").mkdir(parents=True)
+    (cgroup / "cgroup.controllers").write_text("cpu memory\n")
+    for cid, memory in ((worker, 256 << 20), (other, 512 << 20)):
+        group = cgroup / "system.slice" / f"docker-{cid}.scope"
+        group.mkdir()
+        (group / "cpu.stat").write_text("usage_usec 1000000\n")
+        (group / "memory.current").write_text(f"{memory}\n")
+    short_dir = tempfile.mkdtemp(prefix="qwd")  # a unix socket path must stay under ~100 bytes
+    engine = FakeDockerEngine(f"{short_dir}/docker.sock", containers)
+    try:
+        port = _free_port()
+        env = service_env(database_url, QW_METRICS_QUEUE_SECONDS="0")
+        with psycopg.connect(database_url, autocommit=True) as listener:
+            listener.execute("LISTEN hw_metrics")
+            proc = procs.hw_metrics(env, "--interval", "0.3", "--port", str(port), "--addr", "127.0.0.1", "--host-label", "attr-1",
+                                    "--cgroup-root", str(cgroup), "--docker-url", f"unix://{short_dir}/docker.sock", "--compose-project", "qw")
+
+            def attributed() -> dict | None:
+                for note in listener.notifies(timeout=1):
+                    stack = json.loads(note.payload)["stack"]
+                    if stack and stack["cpu_percent"] is not None:
+                        return stack
+                    usage = cgroup / "system.slice" / f"docker-{worker}.scope" / "cpu.stat"  # keep the worker busy
+                    used = int(usage.read_text().split()[1])
+                    usage.write_text(f"usage_usec {used + 100_000}\n")
+                assert proc.poll() is None, procs.logs()
+                return None
+
+            stack = wait_until(attributed, timeout=30, what="a notification with the stack's CPU")
+        assert [(c["name"], c["memory_bytes"]) for c in stack["containers"]] == [("qw-cpu-worker-1", 256 << 20)]
+        assert stack["cgroup_version"] == 2 and stack["memory_bytes"] == 256 << 20 and stack["cpu_percent"] > 0
+        metrics = _scrape(port)
+        assert metrics[("qw_container_memory_bytes", (("container", "qw-cpu-worker-1"), ("host", "attr-1")))] == 256 << 20
+        assert engine.requests and {method for method, _ in engine.requests} == {"GET"}, engine.requests
+        proc.send_signal(signal.SIGTERM)
+        assert wait_exit(proc, 15, procs) == 0, log_text(proc)
+    finally:
+        engine.close()
+        shutil.rmtree(short_dir, ignore_errors=True)
