@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -80,8 +82,13 @@ def test_the_sidecar_notifies_upserts_and_serves_prometheus(database_url, procs,
     assert metrics[("qw_queue_oldest_queued_seconds", (("family", "ingest"), ("queue", "fetch")))] >= 0
     assert ("qw_queue_jobs", (("family", "node"), ("queue", "gpu"), ("status", "queued"))) in metrics  # known queues show 0
 
+    health = [sys.executable, "-m", "qw_services.hw_metrics", "--health", "--port", str(port), "--interval", "0.3"]
+    assert subprocess.run(health, env=service_env(database_url), capture_output=True, timeout=30).returncode == 0
+
     proc.send_signal(signal.SIGTERM)
     assert wait_exit(proc, 15, procs) == 0, log_text(proc)
+    done = subprocess.run(health, env=service_env(database_url), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "unhealthy" in done.stderr
 
 
 def test_the_sidecar_rides_out_a_postgres_restart(private_pg: PrivatePostgres, private_database_url: str, procs, tmp_path):

@@ -7,19 +7,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import start_http_server
+from prometheus_client.parser import text_string_to_metric_families
 
 from queue_workflows import app_loader, config, hw_metrics
 from queue_workflows.errors import ConfigError
 
 from .runtime import on_stop_signals, setup_logging
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "health", "main"]
+
+LAST_SAMPLE = "qw_hw_metrics_last_sample_timestamp_seconds"
 
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--interval", "hw_metrics_interval_seconds", float, "seconds between samples (QW_HW_METRICS_INTERVAL_SECONDS, default 5)"),
@@ -44,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--app", default=None, help="module imported first; its configure() applies (default: QW_APP)")
     parser.add_argument("--once", action="store_true", help="print one snapshot as JSON and exit (no database)")
+    parser.add_argument("--health", action="store_true",
+                        help="exit 0 if the sidecar on --port (this host) sampled within 3 intervals, else 1 (a container HEALTHCHECK)")
     for flag, _, kind, text in FLAGS:
         parser.add_argument(flag, type=kind, default=None, help=text)
     return parser
@@ -76,6 +84,27 @@ def serve(stop: threading.Event) -> int:
     return 0
 
 
+def health() -> int:
+    """Ask the running sidecar's /metrics how old its latest sample is; 0 when fresh."""
+    settings = config.current().settings
+    if not settings.metrics_port:
+        print("unhealthy: QW_METRICS_PORT is 0, there is no endpoint to ask", file=sys.stderr)
+        return 1
+    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        print(f"unhealthy: {url}: {exc}", file=sys.stderr)
+        return 1
+    stamps = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == LAST_SAMPLE]
+    age = time.time() - max(stamps) if stamps else float("inf")
+    if age > 3 * settings.hw_metrics_interval_seconds:
+        print(f"unhealthy: the latest sample is {age:.0f}s old", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging("hw-metrics")
     args = build_parser().parse_args(argv)
@@ -83,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def _body() -> int:
         app_loader.load_app(args.app, need_database=False)
         _apply(args)
+        if args.health:
+            return health()
         if args.once:
             print(json.dumps(hw_metrics.sample(), indent=2))
             return 0
