@@ -233,6 +233,19 @@ def test_a_hanging_nvml_is_absent_and_not_called_again_while_stuck():
     wait_until(lambda: nvidia.nvml_samples(lib=lib, timeout=5), timeout=10, what="NVML to answer once unstuck")
 
 
+def test_calls_that_answer_in_time_may_overlap():
+    slow = fake_nvml([{"name": "x", "uuid": "u", "used": 1, "total": 2, "util": 1, "temp": 1, "power_mw": 1}])
+    real_init = slow.nvmlInit
+    slow.nvmlInit = lambda: (time.sleep(0.3), real_init())
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(nvidia.nvml_samples(lib=slow, timeout=5))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 3 and all(r is not None and [s.uuid for s in r] == ["u"] for r in results)
+
+
 def test_amdsmi_reads_devices_and_leaves_an_unreadable_one_out():
     class Lib:
         AmdSmiTemperatureType = SimpleNamespace(EDGE="edge")

@@ -65,17 +65,25 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 class GuardedCall:
-    """Calls into one in-process library, each bounded by a deadline; at most one in flight."""
+    """Calls into one in-process library, each bounded by a deadline; none while an abandoned one is still stuck.
+
+    Calls that return in time may overlap (callers on several threads); only a call abandoned
+    at its deadline blocks the ones after it, until it finally returns.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._busy = threading.Lock()
+        self._lock = threading.Lock()
+        self._stuck = 0
 
     def __call__(self, fn: Callable[[], T], *, timeout: float) -> T | None:
-        if not self._busy.acquire(blocking=False):
-            log.warning("%s: the previous call is still stuck: reported absent", self.name)
-            return None
+        with self._lock:
+            if self._stuck:
+                log.warning("%s: an earlier call is still stuck: reported absent", self.name)
+                return None
         box: list[T] = []
+        done = threading.Event()
+        abandoned = threading.Event()
 
         def target() -> None:
             try:
@@ -83,14 +91,19 @@ class GuardedCall:
             except Exception as exc:  # noqa: BLE001 - a failing library is an absent source
                 log.debug("%s failed: %s", self.name, exc)
             finally:
-                self._busy.release()
+                with self._lock:
+                    done.set()
+                    if abandoned.is_set():
+                        self._stuck -= 1
 
-        thread = threading.Thread(target=target, name=f"probe-{self.name}", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
-            log.warning("%s did not answer within %.1fs: reported absent", self.name, timeout)
-            return None
+        threading.Thread(target=target, name=f"probe-{self.name}", daemon=True).start()
+        if not done.wait(timeout):
+            with self._lock:
+                if not done.is_set():
+                    abandoned.set()
+                    self._stuck += 1
+                    log.warning("%s did not answer within %.1fs: reported absent", self.name, timeout)
+                    return None
         return box[0] if box else None
 
 
