@@ -103,6 +103,7 @@ def test_prometheus_renders_host_gpu_stack_and_queue_figures():
     assert value[("qw_warm_model_workers", (("host", "gpu-1"), ("model", "llama"), ("queue", "gpu")))] == 1
     assert value[("qw_jobs_finished_total", (("family", "ingest"), ("outcome", "completed"), ("queue", "fetch")))] == 7
     assert value[("qw_hw_metrics_database_up", (("host", "gpu-1"),))] == 1
+    assert value[("process_resident_memory_bytes", ())] > 0  # the sidecar's own process, where /proc allows
 
     state.update(database_up=False, queues=QueueFigures(live_workers={}))  # an outage: queue gauges go, counters stay
     metrics = _scrape(state)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -107,6 +108,8 @@ def queue_metrics(f: QueueFigures, known_queues: set[tuple[str, str]], known_wor
 
 
 def registry_for(state: MetricsState) -> CollectorRegistry:
+    """The sidecar's figures plus its own process' (`process_*`: CPU seconds, resident memory, open fds)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SidecarCollector(state))
+    ProcessCollector(registry=registry)
     return registry
