@@ -97,6 +97,17 @@ def test_a_container_gone_between_listing_and_reading_is_skipped(tmp_path):
     assert usage is not None and [c.name for c in usage.containers] == ["here"]
 
 
+def test_a_tree_that_holds_none_of_the_stack_is_no_attribution_rather_than_zero(tmp_path):
+    tree = Tree(tmp_path / "cgroup", 2, "systemd")  # a container's own namespaced view, say
+    refs = [ContainerRef(OURS[0][0], "qw-worker-1")]
+    attribution = Attribution(cgroup_root=tree.root, lister=lambda: refs, cpu_count=2)
+    assert attribution.sample(host_cpu_percent=10.0, host_memory_used_bytes=MIB) is None
+    tree.set(OURS[0][0], 1.0, MIB)
+    assert attribution.sample() is not None
+    empty = Attribution(cgroup_root=tree.root, lister=lambda: [], cpu_count=2).sample(host_cpu_percent=10.0, host_memory_used_bytes=MIB)
+    assert empty is not None and (empty.cpu_percent, empty.memory_bytes, empty.other_memory_bytes) == (0.0, 0, MIB)
+
+
 def test_malformed_cgroup_files_read_as_unknown_not_errors(tmp_path):
     tree = Tree(tmp_path / "cgroup", 2, "cgroupfs")
     group = tree.root / tree.rel(OURS[0][0])

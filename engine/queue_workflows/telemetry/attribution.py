@@ -67,10 +67,16 @@ class Attribution:
             refs = self.lister()
         except Exception as exc:  # noqa: BLE001 - no socket, permission denied, API error
             return self._off(f"Docker did not list the stack's containers: {type(exc).__name__}: {exc}")
+        usage = self._measure(version, refs, host_cpu_percent, host_memory_used_bytes)
+        if refs and not usage.containers:  # e.g. the sidecar's own namespaced /sys/fs/cgroup, not the host's
+            return self._off(
+                f"none of the stack's {len(refs)} container(s) has a cgroup under {self.cgroup_root} "
+                "(system.slice/docker-<id>.scope or docker/<id>): is the host's tree mounted there?"
+            )
         if self._why_none is not None:
             log.info("cgroup attribution available again (cgroup v%d, %d container(s))", version, len(refs))
             self._why_none = None
-        return self._measure(version, refs, host_cpu_percent, host_memory_used_bytes)
+        return usage
 
     def _off(self, why: str) -> StackUsage | None:
         if why != self._why_none:
