@@ -224,3 +224,16 @@ def test_the_lister_asks_for_its_own_project_once_and_reconnects_after_a_failure
     with pytest.raises(ConnectionError):
         lister()
     assert [r.name for r in lister()] == ["qw-head-1", "qw-worker-1"] and len(apis) == 2
+
+
+def test_configure_container_prefix_selects_the_stack_as_the_seed_did(tmp_path, monkeypatch):
+    import queue_workflows
+    from queue_workflows.telemetry import containers
+
+    tree = Tree(tmp_path / "cgroup", 1, "cgroupfs")
+    for row in ROWS[:3]:
+        tree.set(row["Id"], 1.0, 10 * MIB)
+    monkeypatch.setattr(containers, "docker_api", lambda url, *, timeout: FakeDockerAPI(ROWS))
+    queue_workflows.configure(cgroup_root=tree.root, container_prefix="qw-w")
+    usage = cgroup_attribution.sample()
+    assert usage is not None and [(c.name, c.memory_bytes) for c in usage.containers] == [("qw-worker-1", 10 * MIB)]
