@@ -5,6 +5,8 @@ jobs retained from earlier, then times K worker processes (default mode) complet
 M. The rate at 1M against the rate at 1k is the flatness figure (target >= 0.9). Before each
 round the table is vacuumed and analysed, as autovacuum would have done by then. The plan of
 one claim at the largest backlog is printed (`EXPLAIN (ANALYZE, BUFFERS)`, rolled back).
+A last round repeats the smallest backlog while retention prunes the 1M finished rows (aged
+past the window), as the leading orchestrator would: the claim rate while pruning runs.
 
     python benchmarks/backlog.py [--measure 10000] [--workers 2] [--backlogs 1000,100000,1000000]
 """
@@ -50,12 +52,35 @@ def round_trip(url: str, procs: Procs, workers: int, backlog: int, measure: int,
         start_id = conn.execute("SELECT min(id) FROM ingest_jobs WHERE status = 'queued'").fetchone()[0]  # type: ignore[index]
     env = common.qw_env(url)
     running = [procs.qw_worker(env) for _ in range(workers)]
-    done = f"SELECT count(*) FROM ingest_jobs WHERE status = 'completed' AND id >= {int(start_id)}"
-    testing.wait_until(lambda: common.scalar(url, done) >= measure, timeout=600, interval=0.02, what="the measured jobs done")
-    first = common.scalar(url, f"SELECT min(started_at) FROM ingest_jobs WHERE id >= {int(start_id)} AND started_at IS NOT NULL")
-    last = common.scalar(url, f"SELECT max(finished_at) FROM ingest_jobs WHERE id >= {int(start_id)} AND status = 'completed'")
+    # The measured jobs are the first M inserted: poll only their id range, or the poll itself
+    # would scan the backlog 50 times a second.
+    measured = f"id BETWEEN {int(start_id)} AND {int(start_id) + measure - 1}"
+    done = f"SELECT count(*) FROM ingest_jobs WHERE {measured} AND status = 'completed'"
+    testing.wait_until(lambda: common.scalar(url, done) >= measure, timeout=600, interval=0.05, what="the measured jobs done")
+    first = common.scalar(url, f"SELECT min(started_at) FROM ingest_jobs WHERE {measured}")
+    last = common.scalar(url, f"SELECT max(finished_at) FROM ingest_jobs WHERE {measured}")
     procs.stop(running)
     return measure / (last - first).total_seconds()
+
+
+def while_pruning(url: str, procs: Procs, workers: int, backlog: int, measure: int, finished: int) -> tuple[float, int]:
+    """A round with `retention.Retention` deleting the aged finished rows in its 500-row batches meanwhile."""
+    import threading
+
+    from queue_workflows import retention
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE ingest_jobs SET finished_at = now() - interval '30 days' WHERE id <= %s", (finished,))
+    stop = threading.Event()
+    service = retention.Retention(stop_event=stop)
+    thread = threading.Thread(target=service.run_forever, daemon=True)
+    thread.start()
+    try:
+        rate = round_trip(url, procs, workers, backlog, measure, finished)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    return rate, service.total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append([f"{backlog:,}", f"{rate:,.0f}"])
                 print(f"   {backlog:>9,} queued behind: {rate:,.0f} jobs/s", flush=True)
             plan = explain_claim(url)
+            rate, pruned = while_pruning(url, procs, args.workers, backlogs[0], measure, finished)
+            rows.append([f"{backlogs[0]:,} while pruning ({pruned:,} rows)", f"{rate:,.0f}"])
+            print(f"   {backlogs[0]:>9,} queued, retention pruning: {rate:,.0f} jobs/s ({pruned:,} finished rows pruned meanwhile)", flush=True)
         finally:
             procs.stop(procs.started)
             from queue_workflows import db

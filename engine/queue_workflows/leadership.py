@@ -128,9 +128,12 @@ class Elector:
                     leader = conn.execute(q("leader_epoch")).fetchone()
                     log.info("standing by: %s leads (term %s)", leader and leader["leader_id"], leader and leader["epoch"])
                     announced = True
-            except psycopg.Error as exc:
-                log.warning("leader election: database unavailable (%s)", first_line(exc))
-                self._drop()
+            except Exception as exc:  # noqa: BLE001 - a standby outlives any error
+                if isinstance(exc, psycopg.Error):
+                    log.warning("leader election: database unavailable (%s)", first_line(exc))
+                else:
+                    log.exception("leader election failed; retrying")
+                self._drop()  # a lock we may have taken goes with the connection
             stop.wait(self.poll_seconds)
         return None
 
@@ -148,10 +151,10 @@ class Elector:
                     term.ended.set()
                     break
                 self._beat(conn, "leader", term.epoch)
-            except psycopg.Error as exc:
-                log.error("leadership connection lost (%s): stepping down from term %d", first_line(exc), term.epoch)
+            except Exception as exc:  # noqa: BLE001 - unsure we still lead: step down rather than risk two leaders
+                log.error("leadership check failed (%s): stepping down from term %d", first_line(exc), term.epoch)
                 term.ended.set()
-                self._drop()  # the lock went with the connection; campaign again on a new one
+                self._drop()  # the lock goes with the connection; campaign again on a new one
                 break
             stop.wait(self.poll_seconds)
 
