@@ -15,9 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import start_http_server
-from prometheus_client.parser import text_string_to_metric_families
-
 from queue_workflows import app_loader, config, hw_metrics
 from queue_workflows.errors import ConfigError
 
@@ -65,7 +62,17 @@ def _apply(args: argparse.Namespace) -> None:
         config.configure(db_url_env=current.db_url_env, **{**current.settings.model_dump(), **overrides})
 
 
+def _need_prometheus() -> None:
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigError("queue-hw-metrics needs prometheus_client: install the metrics extra, queue-workflows[metrics]") from None
+
+
 def serve(stop: threading.Event) -> int:
+    _need_prometheus()
+    from prometheus_client import start_http_server
+
     settings = config.current().settings
     sidecar = hw_metrics.Sidecar(settings)
     server = None
@@ -86,6 +93,9 @@ def serve(stop: threading.Event) -> int:
 
 def health() -> int:
     """Ask the running sidecar's /metrics how old its latest sample is; 0 when fresh."""
+    _need_prometheus()
+    from prometheus_client.parser import text_string_to_metric_families
+
     settings = config.current().settings
     if not settings.metrics_port:
         print("unhealthy: QW_METRICS_PORT is 0, there is no endpoint to ask", file=sys.stderr)
