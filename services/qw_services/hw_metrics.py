@@ -70,13 +70,13 @@ def _need_prometheus() -> None:
 
 
 def serve(stop: threading.Event) -> int:
-    _need_prometheus()
-    from prometheus_client import start_http_server
-
     settings = config.current().settings
     sidecar = hw_metrics.Sidecar(settings)
     server = None
     if settings.metrics_port:
+        _need_prometheus()
+        from prometheus_client import start_http_server
+
         try:
             server, _ = start_http_server(settings.metrics_port, settings.metrics_addr, registry=hw_metrics.registry_for(sidecar.state))
         except OSError as exc:
