@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from .runtime import on_stop_signals, setup_logging
 __all__ = ["build_parser", "health", "main"]
 
 LAST_SAMPLE = "qw_hw_metrics_last_sample_timestamp_seconds"
+log = logging.getLogger(__name__)
 
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--interval", "hw_metrics_interval_seconds", float, "seconds between samples (QW_HW_METRICS_INTERVAL_SECONDS, default 5)"),
@@ -81,7 +83,7 @@ def serve(stop: threading.Event) -> int:
             server, _ = start_http_server(settings.metrics_port, settings.metrics_addr, registry=hw_metrics.registry_for(sidecar.state))
         except OSError as exc:
             raise ConfigError(f"QW_METRICS_PORT/--port: cannot listen on {settings.metrics_addr}:{settings.metrics_port} ({exc})") from None
-        app_loader.log.info("serving Prometheus metrics on http://%s:%d/metrics", settings.metrics_addr, settings.metrics_port)
+        log.info("serving Prometheus metrics on http://%s:%d/metrics", settings.metrics_addr, settings.metrics_port)
     try:
         sidecar.run(stop)
     finally:
