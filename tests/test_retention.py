@@ -64,11 +64,11 @@ def test_a_finished_run_goes_with_its_nodes_and_events_and_a_running_one_stays(d
 def test_batches_are_capped_and_the_service_comes_straight_back_while_they_are_full(database_url, conn):
     configure(database_url, retain_finished_seconds=HOUR)
     old = {ingest(database_url, "completed", 2 + i) for i in range(7)}
-    service = retention.Retention(stop_event=threading.Event(), batch=3, interval=60)
-    assert service._step(conn) == 0.0  # a full batch: more to do at once
+    service = retention.Retention(stop_event=threading.Event(), batch=3, interval=60, pause=0.1)
+    assert service._step(conn) == 0.1  # a full batch: more to do after a short pause
     left = ids(database_url, "ingest_jobs")
     assert len(left) == 4 and max(old) in old - left  # the oldest went first
-    assert service._step(conn) == 0.0
+    assert service._step(conn) == 0.1
     assert service._step(conn) == 60  # the last one was not full
     assert ids(database_url, "ingest_jobs") == set() and service.total == 7
 

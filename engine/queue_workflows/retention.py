@@ -3,8 +3,9 @@
 Finished jobs and runs are kept `QW_RETAIN_FINISHED_SECONDS` (a run goes with its nodes, outbox
 events and input submissions), the event log and processed outbox rows
 `QW_RETAIN_EVENTS_SECONDS`; 0 keeps them forever. One batch per table per step, each step its
-own short transaction, so the claim path never waits behind a long delete, and a backlog of
-old rows is worked off step after step without pause.
+own short transaction, so the claim path never waits behind a long delete; a backlog of old
+rows is worked off step after step, `pause` apart, so pruning a million rows takes a share of
+the server rather than all of it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:
 
 
 class Retention:
-    """The leader's pruning service: a step every `retention_interval_seconds`, at once again while batches come full."""
+    """The leader's pruning service: a step every `retention_interval_seconds`, every `pause` while batches come full."""
 
     def __init__(
         self,
@@ -52,11 +53,13 @@ class Retention:
         guard: Callable[[db.Conn], None] | None = None,
         batch: int = 500,
         interval: float | None = None,
+        pause: float = 0.1,
     ) -> None:
         self.stop_event = stop_event
         self.guard = guard
         self.batch = batch
         self.interval = interval or config.current().settings.retention_interval_seconds
+        self.pause = pause
         self.total = 0
 
     def _step(self, conn: db.Conn) -> float:
@@ -65,7 +68,7 @@ class Retention:
         self.total += pruned
         if pruned:
             log.info("retention: pruned %s", ", ".join(f"{n} {name.removeprefix('prune_')}" for name, n in deleted.items() if n))
-        return 0.0 if any(n >= self.batch for n in deleted.values()) else self.interval
+        return self.pause if any(n >= self.batch for n in deleted.values()) else self.interval
 
     def run_forever(self) -> None:
         run_listening(self.stop_event, what="retention", channel=None, step=self._step, guard=self.guard)
