@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigError
@@ -113,6 +113,12 @@ class Settings(BaseSettings):
     docker_url: str | None = Field(default=None, description="Docker API, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST)")
     compose_project: str | None = None  # the stack's containers by compose label (default: the sidecar's own project)
     container_prefix: str | None = None  # or by name prefix, as the seed did
+
+    # Operator dashboard (docs/dashboard.md): localhost unless told; actions need the password.
+    dashboard_addr: str = "127.0.0.1"
+    dashboard_port: int = Field(default=8765, ge=0, le=65535)
+    dashboard_password: SecretStr | None = Field(default=None, description="also read from the Docker secret qw_dashboard_password")
+    dashboard_refresh_seconds: float = Field(default=2.0, gt=0, le=300, description="how often the workers/queues panels are re-read without a NOTIFY")
 
     @field_validator("ingest_queues", "video_model_ids", mode="before")
     @classmethod

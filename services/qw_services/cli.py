@@ -10,6 +10,7 @@ from typing import Any
 from queue_workflows import admin, app_loader, db, node_queue, scheduler
 
 from . import ops
+from .dashboard import service as dashboard_service
 from .tables import print_table, schedule_table, status_table
 
 
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     schedule = sub.add_parser("schedule", parents=[app_too], help="the app's schedule: each entry's next fire time and last slot enqueued")
     schedule.add_argument("--json", action="store_true")
+    web = sub.add_parser("web", parents=[app_too], help="serve the operator dashboard, as queue-dashboard does (docs/dashboard.md)")
+    dashboard_service.add_arguments(web)
     ops.add_commands(sub, [app_too])
     return parser
 
@@ -91,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .dev import run
 
         return app_loader.run_tool(lambda: run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout, app=args.app))
+    if args.command == "web":  # the dashboard service: its own logging, its own serving loop
+        return dashboard_service.main_with(args)
     return app_loader.run_tool(lambda: _command(args))
 
 

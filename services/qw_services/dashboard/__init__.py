@@ -1,0 +1,1 @@
+"""The operator dashboard (`queue-dashboard`, `qw web`): a live page of hosts, workers, queues, runs and jobs."""

@@ -1,0 +1,90 @@
+"""What each page shows, read through the engine's public API and rendered with the package's templates.
+
+Kept apart from the routes so the live hub can render the workers and queues panels with no
+request at hand, once for every open page.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from starlette.templating import Jinja2Templates
+
+from queue_workflows import admin, db, hw_metrics, overview, run_status
+
+from ..tables import age
+from . import graph
+
+TEMPLATES = Path(__file__).with_name("templates")
+WORKER_STATES = ("busy", "idle", "parked", "throttled", "stopping", "dead", "absent")
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "—"
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+def make_templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(TEMPLATES))
+    templates.env.filters.update(ago=age, when=_when, tojson_pretty=_json)
+    return templates
+
+
+def workers_context() -> dict[str, Any]:
+    return {"workers": overview.worker_overview()}
+
+
+def queues_context() -> dict[str, Any]:
+    rates = overview.throughput()
+    rows = admin.queue_overview()
+    for row in rows:
+        row.update(rates.get(row["queue"], {"completed_1m": 0, "completed_5m": 0, "completed_15m": 0, "failed_15m": 0}))
+    return {"queues": rows}
+
+
+def panels(templates: Jinja2Templates) -> dict[str, str]:
+    """The live panels' HTML, as the hub broadcasts them (no per-user content: tokens travel in a header)."""
+    return {
+        "workers": templates.env.get_template("_workers.html").render(workers_context()),
+        "queues": templates.env.get_template("_queues.html").render(queues_context()),
+    }
+
+
+def latest_hosts() -> list[dict[str, Any]]:
+    with db.transaction() as conn:
+        return hw_metrics.latest(conn)
+
+
+def run_context(run_id: int) -> dict[str, Any] | None:
+    run = overview.run_graph(run_id)
+    if run is None:
+        return None
+    status = run_status(run_id)
+    return {"run": run, "layout": graph.layout(run["nodes"]), "context": status.get("context"),
+            "box": {"w": graph.BOX_W, "h": graph.BOX_H}}
+
+
+def runs_context(status: str | None) -> dict[str, Any]:
+    return {"runs": admin.list_runs(status=status, limit=200), "status": status or "", "statuses": admin.RUN_STATUSES}
+
+
+def jobs_context(queue: str | None, status: str | None, task: str | None) -> dict[str, Any]:
+    jobs = overview.search_jobs(queue=queue, status=status, task=task, limit=200)
+    return {"jobs": jobs, "queue": queue or "", "status": status or "", "task": task or "", "statuses": admin.STATUSES}
+
+
+RESOURCE_HINTS = ("cpu", "rss", "vram", "load_ms", "load_seconds", "memory")
+
+
+def job_context(ref: str) -> dict[str, Any]:
+    detail = admin.job_detail(ref)
+    job = detail["job"]
+    resources = {k: v for k, v in job.items() if any(h in k for h in RESOURCE_HINTS)}
+    return {**detail, "resources": resources}

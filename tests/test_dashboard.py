@@ -1,0 +1,199 @@
+"""The operator dashboard against the real Postgres: pages, auth/CSRF on every action, bad input changes nothing.
+
+Starlette's TestClient runs the real app (its live hub LISTENs on the real database); the
+SSE fan-out and the connection count are tested against the real service process in
+test_dashboard_live.py, and the page in a real browser in test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+import queue_workflows
+from queue_workflows import node_queue, register_ingest_task
+
+import qw_test_app
+from dag_rows import rows
+from dashboard_helpers import csrf_of, publish, snapshot
+from procs import query
+from qw_services.dashboard import graph
+from qw_services.dashboard.app import create_app
+from test_dag_inputs import approval, complete
+
+PASSWORD = "s3cret-pass"
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(password=PASSWORD)) as c:
+        yield c
+
+
+@pytest.fixture
+def read_only(database_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app()) as c:
+        yield c
+
+
+def _worker_row(url: str, host: str, queue: str, state: str = "idle") -> None:
+    query(url, "INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state) VALUES (%s, %s, %s, 4242, 0, %s)",
+          (f"{host}:{queue}:4242:x", host, queue, state))
+
+
+def _controls(url: str) -> list[dict]:
+    return query(url, "SELECT host_label, queue, desired_state, stop_policy, requested_by FROM worker_controls ORDER BY 1, 2")
+
+
+def _login(client: TestClient, name: str = "alice", password: str = PASSWORD) -> None:
+    token = csrf_of(client.get("/login").text)
+    response = client.post("/login", data={"csrf": token, "name": name, "password": password}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+
+
+def _page_token(client: TestClient) -> str:
+    html = client.get("/").text
+    start = html.index('"X-CSRF-Token": "') + len('"X-CSRF-Token": "')
+    return html[start:html.index('"', start)]
+
+
+def test_overview_shows_hosts_workers_and_queues_read_only(read_only: TestClient, database_url: str) -> None:
+    _worker_row(database_url, "box-a", "fetch", "busy")
+    publish(database_url, snapshot("gpu-box-1", 12.5))
+    with TestClient(create_app()) as fresh:  # a late joiner reads host_metrics first
+        html = fresh.get("/").text
+    assert "gpu-box-1" in html and "Test GPU" in html
+    assert 'data-host="box-a" data-queue="fetch" data-state="dead"' in html, "no session holds its lock: dead"
+    assert '<tr data-queue="fetch">' in html and '<tr data-queue="cpu">' in html
+    assert "read-only (no password configured)" in html
+    response = read_only.post("/actions/worker", data={"host": "box-a", "queue": "fetch", "op": "off-hard"})
+    assert response.status_code == 403 and "read-only" in response.text
+    assert _controls(database_url) == []
+
+
+def test_every_action_needs_login_and_a_csrf_token_and_records_who(client: TestClient, database_url: str) -> None:
+    form = {"host": "box-a", "queue": "fetch", "op": "off-park"}
+    anonymous = client.post("/actions/worker", data=form)
+    assert anonymous.status_code == 401 and "log in first" in anonymous.text
+    token = csrf_of(client.get("/login").text)
+    wrong = client.post("/login", data={"csrf": token, "name": "alice", "password": "nope"})
+    assert wrong.status_code == 401 and "wrong password" in wrong.text
+    assert client.post("/login", data={"csrf": "forged", "name": "alice", "password": PASSWORD}).status_code == 403
+    assert client.post("/login", data={"csrf": token, "name": "alice", "password": PASSWORD}, follow_redirects=False).status_code == 303
+    no_token = client.post("/actions/worker", data=form)
+    assert no_token.status_code == 403 and "CSRF" in no_token.text
+    forged = client.post("/actions/worker", data={**form, "csrf": "not-the-token"})
+    assert forged.status_code == 403
+    cross_site = client.post("/actions/worker", data={**form, "csrf": _page_token(client)}, headers={"Origin": "http://evil.example"})
+    assert cross_site.status_code == 403 and "cross-site" in cross_site.text
+    assert _controls(database_url) == []
+
+    done = client.post("/actions/worker", data=form, headers={"X-CSRF-Token": _page_token(client), "HX-Request": "true"})
+    assert done.status_code == 200 and "OFF (park)" in done.text and 'class="flash ok"' in done.text
+    [row] = _controls(database_url)
+    assert (row["desired_state"], row["stop_policy"]) == ("off", "park")
+    assert row["requested_by"].startswith("dashboard:alice@")
+    back_on = client.post("/actions/worker", data={**form, "op": "on", "csrf": _page_token(client)})
+    assert back_on.status_code == 200 and _controls(database_url)[0]["desired_state"] == "on"
+
+
+def test_a_bearer_token_acts_without_a_session(client: TestClient, database_url: str) -> None:
+    form = {"host": "box-b", "queue": "cpu", "op": "off-hard"}
+    assert client.post("/actions/worker", data=form, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    ok = client.post("/actions/worker", data=form, headers={"Authorization": f"Bearer {PASSWORD}"})
+    assert ok.status_code == 200, ok.text
+    assert _controls(database_url)[0]["requested_by"].startswith("dashboard:token@")
+
+
+@pytest.mark.parametrize("form, says", [
+    ({"host": "box-a", "queue": "fetch", "op": "explode"}, "op must be one of"),
+    ({"host": "box-a", "queue": "nosuchqueue", "op": "off-hard"}, "nosuchqueue"),
+    ({"host": "bad host!", "queue": "fetch", "op": "off-hard"}, "host label"),
+    ({"queue": "fetch", "op": "off-hard"}, "missing the host field"),
+    ({"host": "box-a", "queue": "fetch", "op": "on", "reason": "x" * 201}, "at most 200"),
+])
+def test_bad_worker_form_gets_a_clear_message_and_changes_nothing(client: TestClient, database_url: str, form: dict, says: str) -> None:
+    _login(client)
+    response = client.post("/actions/worker", data={**form, "csrf": _page_token(client)})
+    assert response.status_code == 400 and says in response.text, response.text
+    assert _controls(database_url) == []
+
+
+def test_run_page_draws_the_dag_and_cancel_restart_input_work(client: TestClient, database_url: str, conn) -> None:
+    run_id = queue_workflows.start_run(approval(), {})
+    complete(database_url, conn, run_id, "draft", {"echo": {"v": 1}})
+    page = client.get(f"/runs/{run_id}").text
+    assert page.count("<g class=\"node") == 3
+    for node, status in (("draft", "completed"), ("ask", "awaiting_input"), ("publish", "pending")):
+        assert f'data-node="{node}" data-status="{status}"' in page
+    assert page.count('class="edge"') == 2
+    assert f'<a href="/runs/{run_id}">#{run_id}</a>' in client.get("/runs").text
+
+    _login(client)
+    token = _page_token(client)
+    bad = client.post(f"/runs/{run_id}/input", data={"csrf": token, "node": "ask", "value": "{not json"})
+    assert bad.status_code == 400 and "not JSON" in bad.text
+    not_object = client.post(f"/runs/{run_id}/input", data={"csrf": token, "node": "ask", "value": "[1]"})
+    assert not_object.status_code == 400 and "JSON object" in not_object.text
+    wrong_node = client.post(f"/runs/{run_id}/input", data={"csrf": token, "node": "publish", "value": "{}"})
+    assert wrong_node.status_code == 400
+    assert query(database_url, "SELECT count(*) AS n FROM workflow_input_submissions")[0]["n"] == 0
+    given = client.post(f"/runs/{run_id}/input", data={"csrf": token, "node": "ask", "value": '{"approver": "bob"}'})
+    assert given.status_code == 200, given.text
+    [sub] = query(database_url, "SELECT node_name, value FROM workflow_input_submissions")
+    assert sub == {"node_name": "ask", "value": {"approver": "bob"}}
+
+    assert client.post("/runs/999999/cancel", data={"csrf": token}).status_code == 400
+    cancelled = client.post(f"/runs/{run_id}/cancel", data={"csrf": token, "reason": "stop it"})
+    assert cancelled.status_code == 200, cancelled.text
+    run = query(database_url, "SELECT status, error FROM workflow_runs WHERE id = %s", (run_id,))[0]
+    assert run["status"] == "cancelled" and "dashboard:alice@" in (run["error"] or ""), run
+    assert client.post(f"/runs/{run_id}/restart", data={"csrf": token}).status_code == 200
+    assert query(database_url, "SELECT status FROM workflow_runs WHERE id = %s", (run_id,))[0]["status"] == "running"
+    assert rows(database_url, run_id)["ask"]["status"] == "awaiting_input"
+    assert client.get("/runs/abc").status_code == 400 and client.get("/runs/424242").status_code == 404
+
+
+def test_jobs_search_and_one_jobs_story(client: TestClient, database_url: str) -> None:
+    register_ingest_task("record", qw_test_app.record)
+    a = node_queue.enqueue_ingest_job("record", "fetch", {"token": "a"})
+    node_queue.enqueue_ingest_job("record", "load", {"token": "b"})
+    query(database_url, "UPDATE ingest_jobs SET status = 'failed', error = 'boom', finished_at = now() WHERE id = %s", (a["id"],))
+    found = client.get("/jobs", params={"queue": "fetch", "task": "REC"}).text
+    assert f"ingest:{a['id']}" in found and found.count('href="/jobs/ingest:') == 1
+    assert "No job matches" in client.get("/jobs", params={"task": "nothing-like-it"}).text
+    bad = client.get("/jobs", params={"status": "exploded"})
+    assert bad.status_code == 400 and "status must be one of" in bad.text
+    story = client.get(f"/jobs/ingest:{a['id']}").text
+    assert "boom" in story and "failed" in story
+    assert client.get("/jobs/ingest:987654").status_code == 404
+    assert client.get("/jobs/x:1").status_code == 400
+
+
+def test_queue_panel_counts_and_throughput(client: TestClient, database_url: str) -> None:
+    register_ingest_task("record", qw_test_app.record)
+    for _ in range(3):
+        node_queue.enqueue_ingest_job("record", "beta", {"token": "q"})
+    query(database_url, "UPDATE ingest_jobs SET status = 'completed', finished_at = now() WHERE id = 1")
+    html = client.get("/").text
+    row = html[html.index('<tr data-queue="beta">'):]
+    row = row[:row.index("</tr>")]
+    assert '<td class="n" data-f="queued">2</td>' in row and "1 / 1 / 1" in row
+
+
+def test_static_files_are_vendored_and_pages_send_a_strict_policy(read_only: TestClient) -> None:
+    for name in ("htmx.min.js", "uPlot.iife.min.js", "uPlot.min.css", "dashboard.js", "dashboard.css"):
+        assert read_only.get(f"/static/{name}").status_code == 200, name
+    headers = read_only.get("/").headers
+    assert "default-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+
+
+def test_layered_layout_of_a_diamond() -> None:
+    nodes = [{"id": n, "deps": d, "status": "pending"} for n, d in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]))]
+    assert graph.layers(nodes) == {"a": 0, "b": 1, "c": 1, "d": 2}
+    out = graph.layout(nodes)
+    x = {b.id: b.x for b in out.boxes}
+    assert x["a"] < x["b"] == x["c"] < x["d"] and len(out.edges) == 4
+    assert len({(b.x, b.y) for b in out.boxes}) == 4, "no two boxes overlap"

@@ -1,0 +1,86 @@
+"""The real dashboard process: one LISTEN connection fanned out to many event-stream clients.
+
+Ten SSE clients (what ten open pages hold) all get a `hw_metrics` snapshot and a re-rendered
+workers panel after a switch flips, while the process holds one listening connection and no
+more pooled ones than with a single client.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from dashboard_helpers import dashboard_connections, publish, snapshot, start_dashboard
+from procs import Procs, wait_until
+from queue_workflows import worker_control
+
+pytestmark = pytest.mark.multiprocess
+CLIENTS = 10
+
+
+@dataclass
+class Client:
+    base: str
+    events: list[tuple[float, str, str]] = field(default_factory=list)
+    connected: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        try:
+            self._read()
+        except httpx.HTTPError:  # the service stopped at teardown
+            pass
+
+    def _read(self) -> None:
+        with httpx.stream("GET", self.base + "/events", timeout=httpx.Timeout(5, read=None)) as response:
+            name, data = "message", []
+            for line in response.iter_lines():
+                if self.stop.is_set():
+                    return
+                if line.startswith("retry:"):
+                    self.connected.set()
+                elif line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    data.append(line[6:])
+                elif line == "" and data:
+                    self.events.append((time.monotonic(), name, "\n".join(data)))
+                    name, data = "message", []
+
+    def seen(self, kind: str, text: str) -> float | None:
+        return next((t for t, n, d in list(self.events) if n == kind and text in d), None)
+
+
+def test_ten_stream_clients_share_one_listen_connection(database_url: str, procs: Procs) -> None:
+    base = start_dashboard(procs, database_url, "--refresh", "60")
+    clients = [Client(base) for _ in range(CLIENTS)]
+    threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
+    for t in threads:
+        t.start()
+    wait_until(lambda: all(c.connected.is_set() for c in clients), timeout=15, what="every client to connect")
+
+    snap = snapshot("live-box", 55.5)
+    sent = time.monotonic()
+    publish(database_url, snap)
+    wait_until(lambda: all(c.seen("host", '"live-box"') for c in clients), timeout=10, what="the snapshot at every client")
+    delays = sorted((c.seen("host", '"live-box"') or 0) - sent for c in clients)
+    print(f"hw_metrics NOTIFY -> {CLIENTS} SSE clients: median {1000 * delays[CLIENTS // 2]:.1f} ms, max {1000 * delays[-1]:.1f} ms")
+    assert json.loads(next(d for _, n, d in clients[0].events if n == "host" and "live-box" in d))["cpu"]["percent"] == 55.5
+
+    worker_control.disable_worker("live-host", "fetch", "park", requested_by="live-test")
+    wait_until(lambda: all(c.seen("workers", 'data-host="live-host"') for c in clients), timeout=10, what="the workers panel at every client")
+    panel = next(d for _, n, d in clients[0].events if n == "workers" and "live-host" in d)
+    assert "OFF" in panel and "live-test" in panel
+
+    rows = dashboard_connections(database_url)
+    listening = [r for r in rows if r["application_name"] == "qw-dashboard-listen"]
+    print(f"dashboard connections with {CLIENTS} stream clients: {len(rows)} ({len(listening)} listening): {rows}")
+    assert len(listening) == 1, rows
+    assert len(rows) <= 1 + 4, f"one LISTEN connection plus the engine pool (max 4), whatever the clients: {rows}"
+    for c in clients:
+        c.stop.set()
