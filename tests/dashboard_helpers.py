@@ -51,8 +51,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_dashboard(procs: Any, url: str, *extra: str, **env: str) -> str:
-    """The real `queue-dashboard` process on a free localhost port; its base URL once it answers."""
+def start_dashboard(procs: Any, url: str, *extra: str, via_qw: bool = False, **env: str) -> str:
+    """The real `queue-dashboard` (or `qw web`) process on a free localhost port; its base URL once it answers."""
     import sys
 
     import httpx
@@ -60,8 +60,10 @@ def start_dashboard(procs: Any, url: str, *extra: str, **env: str) -> str:
     from procs import service_env, wait_until
 
     port = free_port()
-    proc = procs._spawn("dashboard", [sys.executable, "-m", "qw_services.dashboard.service", "--port", str(port), *extra],
+    command = ["qw_services.cli", "web"] if via_qw else ["qw_services.dashboard.service"]
+    proc = procs._spawn("dashboard", [sys.executable, "-m", *command, "--port", str(port), *extra],
                         service_env(url, PGAPPNAME="qw-dashboard-test", **env))
+    procs.dashboard = proc
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:

@@ -84,3 +84,22 @@ def test_ten_stream_clients_share_one_listen_connection(database_url: str, procs
     assert len(rows) <= 1 + 4, f"one LISTEN connection plus the engine pool (max 4), whatever the clients: {rows}"
     for c in clients:
         c.stop.set()
+
+
+def test_qw_web_listens_on_localhost_only_by_default(database_url: str, procs: Procs) -> None:
+    import psutil
+
+    start_dashboard(procs, database_url, via_qw=True)
+    addresses = {c.laddr.ip for c in psutil.Process(procs.dashboard.pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    assert addresses == {"127.0.0.1"}, addresses
+
+
+def test_an_unreadable_password_file_is_one_clear_line(database_url: str, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from procs import service_env
+
+    done = subprocess.run([sys.executable, "-m", "qw_services.dashboard.service", "--password-file", str(tmp_path / "missing")],
+                          env=service_env(database_url), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--password-file: cannot read" in done.stderr, done.stderr

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -187,6 +188,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
             await hub.stop()
 
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[
+        Middleware(GZipMiddleware, minimum_size=1024),  # leaves text/event-stream alone
         Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32), session_cookie="qw_dashboard",
                    same_site="strict", max_age=12 * 3600),
     ])

@@ -12,7 +12,9 @@ from typing import Any
 
 from starlette.templating import Jinja2Templates
 
-from queue_workflows import admin, db, hw_metrics, overview, run_status
+from queue_workflows import admin, db, run_status
+from queue_workflows.hw_metrics import latest as latest_host_metrics
+from queue_workflows.overview import run_graph, search_jobs, throughput, worker_overview
 
 from ..tables import age
 from . import graph
@@ -38,11 +40,11 @@ def make_templates() -> Jinja2Templates:
 
 
 def workers_context() -> dict[str, Any]:
-    return {"workers": overview.worker_overview()}
+    return {"workers": worker_overview()}
 
 
 def queues_context() -> dict[str, Any]:
-    rates = overview.throughput()
+    rates = throughput()
     rows = admin.queue_overview()
     for row in rows:
         row.update(rates.get(row["queue"], {"completed_1m": 0, "completed_5m": 0, "completed_15m": 0, "failed_15m": 0}))
@@ -59,11 +61,11 @@ def panels(templates: Jinja2Templates) -> dict[str, str]:
 
 def latest_hosts() -> list[dict[str, Any]]:
     with db.transaction() as conn:
-        return hw_metrics.latest(conn)
+        return latest_host_metrics(conn)
 
 
 def run_context(run_id: int) -> dict[str, Any] | None:
-    run = overview.run_graph(run_id)
+    run = run_graph(run_id)
     if run is None:
         return None
     status = run_status(run_id)
@@ -76,7 +78,7 @@ def runs_context(status: str | None) -> dict[str, Any]:
 
 
 def jobs_context(queue: str | None, status: str | None, task: str | None) -> dict[str, Any]:
-    jobs = overview.search_jobs(queue=queue, status=status, task=task, limit=200)
+    jobs = search_jobs(queue=queue, status=status, task=task, limit=200)
     return {"jobs": jobs, "queue": queue or "", "status": status or "", "task": task or "", "statuses": admin.STATUSES}
 
 

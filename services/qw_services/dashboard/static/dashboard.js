@@ -69,7 +69,8 @@
       h.plot = new uPlot({
         width: 280, height: 56, cursor: { show: false }, legend: { show: false }, select: { show: false },
         axes: [{ show: false }, { show: false }], scales: { x: { time: true }, y: { range: [0, 100] } },
-        series: [{}, { stroke: "#1b7f4c", width: 1.5 }, { stroke: "#2b5fb3", width: 1.5 }, { stroke: "#c2410c", width: 1.5 }],
+        series: [{}, { stroke: "#1b7f4c", width: 1.5, points: { show: false } }, { stroke: "#2b5fb3", width: 1.5, points: { show: false } },
+          { stroke: "#c2410c", width: 1.5, points: { show: false } }],
       }, d, el.querySelector('[data-f="spark"]'));
     } else {
       h.plot.setData(d);
