@@ -110,11 +110,13 @@ def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_
         page.fill('input[name="password"]', "browser-secret")
         page.click("form.login button")
         page.wait_for_url(base + "/")
+        clicked = time.monotonic()
         row.locator('button[value="off-park"]').click()
+        wait_until(lambda: query(database_url, "SELECT state FROM worker_heartbeats WHERE pid = %s", (worker.pid,))[0]["state"] == "parked",
+                   timeout=15, interval=0.01, what="the worker to park")
+        figures["click_off_park_to_parked_ms"] = round(1000 * (time.monotonic() - clicked), 1)
         page.locator("#flash .flash.ok").wait_for(timeout=5_000)
         assert "OFF (park)" in page.inner_text("#flash")
-        wait_until(lambda: query(database_url, "SELECT state FROM worker_heartbeats WHERE pid = %s", (worker.pid,))[0]["state"] == "parked",
-                   timeout=15, what="the worker to park")
         page.locator('tr[data-host="browser-box"][data-queue="fetch"][data-state="parked"]').wait_for(timeout=10_000)
         [control] = query(database_url, "SELECT desired_state, stop_policy, requested_by FROM worker_controls")
         assert control["desired_state"] == "off" and control["requested_by"].startswith("dashboard:browser-test@")

@@ -103,3 +103,48 @@ def test_an_unreadable_password_file_is_one_clear_line(database_url: str, tmp_pa
     done = subprocess.run([sys.executable, "-m", "qw_services.dashboard.service", "--password-file", str(tmp_path / "missing")],
                           env=service_env(database_url), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--password-file: cannot read" in done.stderr, done.stderr
+
+
+def _one_client(base: str) -> Client:
+    client = Client(base)
+    threading.Thread(target=client.run, daemon=True).start()
+    assert client.connected.wait(15), "the event stream did not open"
+    return client
+
+
+def _listener_pids(url: str) -> set[int]:
+    from procs import query
+
+    return {r["pid"] for r in query(url, "SELECT pid FROM pg_stat_activity WHERE application_name = 'qw-dashboard-listen'")}
+
+
+def test_the_listener_comes_back_after_its_connection_is_killed(database_url: str, procs: Procs) -> None:
+    from procs import query
+
+    base = start_dashboard(procs, database_url)
+    assert httpx.get(base + "/healthz").status_code == 200
+    client = _one_client(base)
+    [old] = _listener_pids(database_url)
+    query(database_url, "SELECT pg_terminate_backend(%s)", (old,))
+    wait_until(lambda: len(pids := _listener_pids(database_url)) == 1 and old not in pids, timeout=15, what="a new listening connection")
+    wait_until(lambda: httpx.get(base + "/healthz").status_code == 200, timeout=5, what="healthz back to 200")
+    publish(database_url, snapshot("after-outage", 1.0))
+    wait_until(lambda: client.seen("host", '"after-outage"'), timeout=10, what="a snapshot after the reconnect")
+    client.stop.set()
+
+
+def test_a_trimmed_notification_is_completed_from_the_host_row(database_url: str, procs: Procs) -> None:
+    from procs import query
+
+    base = start_dashboard(procs, database_url)
+    client = _one_client(base)
+    full = snapshot("big-box", 20.0)
+    full["stack"]["containers"] = [{"id": f"c{i:03d}", "name": f"qw-worker-{i}", "cpu_percent": 1.0, "memory_bytes": 1} for i in range(40)]
+    trimmed = {**full, "stack": {**full["stack"], "containers": []}, "truncated": {"containers": 40}}
+    query(database_url, "INSERT INTO host_metrics (host_label, payload_version, payload, sampled_at, updated_at) VALUES ('big-box', 1, %s::jsonb, now(), now())",
+          (json.dumps(full),))
+    query(database_url, "SELECT pg_notify('hw_metrics', %s)", (json.dumps(trimmed),))
+    wait_until(lambda: client.seen("host", "qw-worker-39"), timeout=10, what="the whole snapshot read from host_metrics")
+    hosts = [json.loads(d) for _, n, d in client.events if n == "host" and '"big-box"' in d]
+    assert "truncated" in hosts[0] and "truncated" not in hosts[-1] and len(hosts[-1]["stack"]["containers"]) == 40
+    client.stop.set()

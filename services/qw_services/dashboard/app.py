@@ -20,7 +20,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -122,6 +122,11 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         return StreamingResponse(hub.stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    async def healthz(request: Request) -> Response:
+        """200 while the hub holds its LISTEN connection (a container HEALTHCHECK), else 503."""
+        listening = hub.listening.is_set()
+        return PlainTextResponse("ok\n" if listening else "not listening to Postgres\n", status_code=200 if listening else 503)
+
     async def login(request: Request) -> Response:
         if request.method == "GET":
             return page(request, "login.html", {"error": None})
@@ -170,6 +175,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         Route("/jobs", jobs),
         Route("/jobs/{ref}", job),
         Route("/events", events),
+        Route("/healthz", healthz),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/actions/worker", action(lambda r, f, a: actions.switch_worker(f, a)), methods=["POST"]),

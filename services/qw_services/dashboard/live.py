@@ -52,6 +52,7 @@ class Hub:
         self.listening = asyncio.Event()
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._extra: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         if self.latest_hosts is not None:
@@ -90,10 +91,29 @@ class Hub:
                 return
             self.hosts[host] = snapshot
             self._broadcast(sse("host", payload))
+            if snapshot.get("truncated") and self.latest_hosts is not None:
+                self._spawn(self._complete_host(host))  # the row holds what the 8000-byte NOTIFY dropped
             return
         if channel == "qw_dispatch" or channel == "qw_input":
             self._broadcast(sse("run", payload))
         self._dirty.set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._extra.add(task)
+        task.add_done_callback(self._extra.discard)
+
+    async def _complete_host(self, host: str) -> None:
+        assert self.latest_hosts is not None
+        try:
+            rows = await anyio.to_thread.run_sync(self.latest_hosts)
+        except Exception as exc:  # noqa: BLE001 - the trimmed snapshot already went out
+            log.warning("dashboard: cannot read host_metrics for %s: %s", host, exc)
+            return
+        row = next((r for r in rows if r["host_label"] == host), None)
+        if row is not None and row["payload"].get("ts") == self.hosts.get(host, {}).get("ts"):
+            self.hosts[host] = row["payload"]
+            self._broadcast(sse("host", json.dumps(row["payload"])))
 
     async def _listen(self) -> None:
         delay = 0.2
