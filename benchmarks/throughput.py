@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 20000; 2000 with --quick)")
     parser.add_argument("--workers", default=None, help="worker counts, comma separated (default 1,2,4; 1,2 with --quick)")
     parser.add_argument("--systems", default=",".join(c.name for c in systems.ALL))
-    parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds (default 40; 8 with --quick)")
+    parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds (default 120; 15 with --quick)")
     args = parser.parse_args(argv)
     jobs = args.jobs or (2000 if args.quick else 20000)
     counts = [int(x) for x in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
-    timeout = args.timeout or (8.0 if args.quick else 40.0)
+    timeout = args.timeout or (15.0 if args.quick else 120.0)
     classes = systems.select(args.systems)
 
     results: list[Result] = []
