@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import warnings
+
 import pytest
-from starlette.testclient import TestClient
+
+with warnings.catch_warnings():  # Starlette 1.x nudges towards httpx2; httpx still works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 import queue_workflows
 from queue_workflows import node_queue, register_ingest_task
@@ -197,3 +202,21 @@ def test_layered_layout_of_a_diamond() -> None:
     x = {b.id: b.x for b in out.boxes}
     assert x["a"] < x["b"] == x["c"] < x["d"] and len(out.edges) == 4
     assert len({(b.x, b.y) for b in out.boxes}) == 4, "no two boxes overlap"
+
+
+def test_layers_of_a_long_chain_and_of_a_cycle_need_no_recursion() -> None:
+    chain = [{"id": f"n{i}", "deps": [f"n{i - 1}"] if i else []} for i in range(5000)]
+    assert graph.layers(chain)["n4999"] == 4999
+    assert graph.layers([{"id": "a", "deps": ["b"]}, {"id": "b", "deps": ["a"]}, {"id": "c", "deps": []}]) == {"a": 1, "b": 1, "c": 0}
+
+
+def test_a_run_too_big_to_draw_keeps_its_table(client: TestClient, database_url: str) -> None:
+    from queue_workflows.dag import Workflow
+
+    wf = Workflow("wide")
+    for i in range(401):
+        wf.node(f"n{i}", "qw_dag_nodes:echo")
+    run_id = queue_workflows.start_run(wf, {})
+    page = client.get(f"/runs/{run_id}").text
+    assert 'id="dag-too-big"' in page and "401 nodes" in page and "<svg" not in page
+    assert page.count('<tr data-node="') == 401

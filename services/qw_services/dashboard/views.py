@@ -20,6 +20,7 @@ from ..tables import age
 from . import graph
 
 TEMPLATES = Path(__file__).with_name("templates")
+MAX_DRAWN_NODES = 400  # past this a drawing is unreadable and heavy: the node table stays
 WORKER_STATES = ("busy", "idle", "parked", "throttled", "stopping", "dead", "absent")
 
 
@@ -69,7 +70,8 @@ def run_context(run_id: int) -> dict[str, Any] | None:
     if run is None:
         return None
     status = run_status(run_id)
-    return {"run": run, "layout": graph.layout(run["nodes"]), "context": status.get("context"),
+    drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
+    return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
             "box": {"w": graph.BOX_W, "h": graph.BOX_H}}
 
 
