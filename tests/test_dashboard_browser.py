@@ -19,7 +19,7 @@ import pytest
 import queue_workflows
 import qw_test_app
 from dashboard_helpers import dashboard_connections, publish, snapshot, start_dashboard
-from procs import Procs, query, service_env, wait_until, wait_workers_ready
+from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 from queue_workflows import register_ingest_task
 from test_dag_inputs import approval, complete
 
@@ -66,6 +66,7 @@ def _page_weight(page: "Page") -> dict[str, int]:
 def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_path: Path) -> None:
     register_ingest_task("record", qw_test_app.record)
     worker = procs.worker(service_env(database_url, QW_HOST_LABEL="browser-box"), "fetch")
+    orchestrator = procs.orchestrator(service_env(database_url))  # resumes the input step the page answers
     wait_workers_ready(database_url, [worker])
     (tmp_path / "pw").write_text("browser-secret\n")
     publish(database_url, snapshot("gpu-box-1", 12.5))
@@ -135,6 +136,11 @@ def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_
         page.click("form.input-form button")
         page.locator("#flash .flash.ok").wait_for(timeout=5_000)
         assert query(database_url, "SELECT value FROM workflow_input_submissions")[0]["value"] == {"approver": "browser"}
+        wait_for_log(orchestrator, "orchestrator running", timeout=30)
+        # The orchestrator resumes the step and enqueues the next node: the open page redraws itself.
+        page.locator('svg.dag g[data-node="ask"][data-status="completed"]').wait_for(timeout=15_000)
+        page.locator('svg.dag g[data-node="publish"][data-status="queued"]').wait_for(timeout=15_000)
+        figures["screenshot_run_live"] = str(_shot(page, "run-dag-after-input"))
         page.goto(base + "/runs")
         figures["screenshot_runs"] = str(_shot(page, "runs"))
         page.goto(base + "/jobs")
