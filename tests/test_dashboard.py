@@ -220,3 +220,19 @@ def test_a_run_too_big_to_draw_keeps_its_table(client: TestClient, database_url:
     page = client.get(f"/runs/{run_id}").text
     assert 'id="dag-too-big"' in page and "401 nodes" in page and "<svg" not in page
     assert page.count('<tr data-node="') == 401
+
+
+def test_the_password_comes_from_the_settings_and_logout_ends_the_session(database_url: str) -> None:
+    from conftest import TEST_INGEST_QUEUES
+
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, dashboard_password="from-settings")
+    with TestClient(create_app()) as c:
+        token = csrf_of(c.get("/login").text)
+        response = c.post("/login", data={"csrf": token, "name": "", "password": "from-settings"}, follow_redirects=False)
+        assert response.status_code == 303
+        cookie = response.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert "operator · " in c.get("/").text, "a blank name is recorded as 'operator'"
+        c.post("/logout", data={"csrf": _page_token(c)})
+        assert c.post("/actions/worker", data={"host": "h", "queue": "fetch", "op": "on", "csrf": _page_token(c)}).status_code == 401
+    assert _controls(database_url) == []
