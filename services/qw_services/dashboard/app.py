@@ -33,6 +33,7 @@ from .live import Hub
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
+FAILED_LOGIN_DELAY = 0.5
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
     "X-Frame-Options": "DENY",
@@ -138,6 +139,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
             return page(request, "login.html", {"error": "this dashboard is read-only: no password is configured"}, 403)
         if not auth.check_password(str(form.get("password") or "")):
             log.warning("dashboard: failed login from %s", request.client.host if request.client else "?")
+            await anyio.sleep(FAILED_LOGIN_DELAY)  # guessing costs time; other pages are not held up
             return page(request, "login.html", {"error": "wrong password"}, 401)
         request.session.clear()
         request.session["user"] = clean_user(str(form.get("name") or ""))
