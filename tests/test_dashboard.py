@@ -100,6 +100,9 @@ def test_every_action_needs_login_and_a_csrf_token_and_records_who(client: TestC
     [row] = _controls(database_url)
     assert (row["desired_state"], row["stop_policy"]) == ("off", "park")
     assert row["requested_by"].startswith("dashboard:alice@")
+    overview = client.get("/").text
+    assert 'data-host="box-a" data-queue="fetch" data-state="absent"' in overview, "an OFF switch with no process stays listed"
+    assert "by dashboard:alice@" in overview
     back_on = client.post("/actions/worker", data={**form, "op": "on", "csrf": _page_token(client)})
     assert back_on.status_code == 200 and _controls(database_url)[0]["desired_state"] == "on"
 
