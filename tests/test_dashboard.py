@@ -239,3 +239,15 @@ def test_the_password_comes_from_the_settings_and_logout_ends_the_session(databa
         c.post("/logout", data={"csrf": _page_token(c)})
         assert c.post("/actions/worker", data={"host": "h", "queue": "fetch", "op": "on", "csrf": _page_token(c)}).status_code == 401
     assert _controls(database_url) == []
+
+
+def test_a_database_that_does_not_answer_is_a_503_page_not_a_traceback(database_url: str) -> None:
+    from conftest import TEST_INGEST_QUEUES
+    from dashboard_helpers import free_port
+
+    queue_workflows.configure(database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=2", ingest_queues=TEST_INGEST_QUEUES)
+    with TestClient(create_app(), raise_server_exceptions=False) as c:
+        for path in ("/", "/runs", "/jobs", "/runs/1", "/jobs/ingest:1"):
+            response = c.get(path)
+            assert response.status_code == 503 and "the database is not answering" in response.text, (path, response.text[-500:])
+        assert c.get("/healthz").status_code == 503

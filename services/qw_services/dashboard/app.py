@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import psycopg
+from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -25,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from queue_workflows import admin, config
-from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.errors import DatabaseUnreachableError, InvalidPayloadError, QueueWorkflowsError, SchemaNotReadyError
 
 from . import actions, views
 from .auth import ActionRefused, Auth, clean_user
@@ -40,6 +42,10 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
+
+
+class Unavailable(Exception):
+    """Postgres did not answer a page's read: the page says so (503) rather than failing with a traceback."""
 
 
 def _optional(value: str | None) -> str | None:
@@ -69,7 +75,13 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         return page(request, "message.html", {"text": text, "ok": status < 400}, status)
 
     async def read(fn: Callable[[], Any]) -> Any:
-        return await anyio.to_thread.run_sync(fn)
+        try:
+            return await anyio.to_thread.run_sync(fn)
+        except (DatabaseUnreachableError, SchemaNotReadyError, psycopg.OperationalError, PoolTimeout) as exc:
+            raise Unavailable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        return message(request, f"the database is not answering: {exc}", 503)
 
     async def index(request: Request) -> Response:
         context = await read(lambda: {**views.workers_context(), **views.queues_context()})
@@ -195,7 +207,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         finally:
             await hub.stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Unavailable: unavailable}, middleware=[
         Middleware(GZipMiddleware, minimum_size=1024),  # leaves text/event-stream alone
         Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32), session_cookie="qw_dashboard",
                    same_site="strict", max_age=12 * 3600),
