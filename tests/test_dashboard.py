@@ -251,3 +251,13 @@ def test_a_database_that_does_not_answer_is_a_503_page_not_a_traceback(database_
             response = c.get(path)
             assert response.status_code == 503 and "the database is not answering" in response.text, (path, response.text[-500:])
         assert c.get("/healthz").status_code == 503
+
+
+def test_the_password_is_read_from_the_docker_secret(tmp_path) -> None:
+    from queue_workflows.settings import Settings
+
+    (tmp_path / "qw_dashboard_password").write_text("from-a-secret")
+    settings = Settings(_secrets_dir=tmp_path)  # type: ignore[call-arg]
+    assert settings.dashboard_password is not None and settings.dashboard_password.get_secret_value() == "from-a-secret"
+    assert "from-a-secret" not in repr(settings), "a SecretStr never prints"
+    assert settings.dashboard_addr == "127.0.0.1"
