@@ -185,10 +185,12 @@ def test_queue_panel_counts_and_throughput(client: TestClient, database_url: str
     for _ in range(3):
         node_queue.enqueue_ingest_job("record", "beta", {"token": "q"})
     query(database_url, "UPDATE ingest_jobs SET status = 'completed', finished_at = now() WHERE id = 1")
+    query(database_url, "UPDATE ingest_jobs SET status = 'completed', finished_at = now() - interval '3 minutes 10 seconds' WHERE id = 2")
     html = client.get("/").text
     row = html[html.index('<tr data-queue="beta">'):]
     row = row[:row.index("</tr>")]
-    assert '<td class="n" data-f="queued">2</td>' in row and "1 / 1 / 1" in row
+    assert '<td class="n" data-f="queued">1</td>' in row and "1 / 2 / 2" in row
+    assert 'data-per-minute="[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1]"' in row, row
 
 
 def test_static_files_are_vendored_and_pages_send_a_strict_policy(read_only: TestClient) -> None:

@@ -20,7 +20,7 @@ import queue_workflows
 import qw_test_app
 from dashboard_helpers import dashboard_connections, publish, snapshot, start_dashboard
 from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows import register_ingest_task
+from queue_workflows import node_queue, register_ingest_task
 from test_dag_inputs import approval, complete
 
 pytestmark = pytest.mark.multiprocess
@@ -102,6 +102,15 @@ def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_
         publish(database_url, snapshot("cpu-box-2", 5.0, gpus=[], stack=None))
         page.locator('article.host[data-host="cpu-box-2"]').wait_for(timeout=5_000)
         figures["screenshot_hosts"] = str(_shot(page, "overview-hosts"))
+
+        # Jobs the real worker finishes show in the queues panel, live, with a per-minute sparkline.
+        for i in range(3):
+            node_queue.enqueue_ingest_job("record", "fetch", {"token": f"browser-{i}"})
+        fetch_row = page.locator('#panel-queues tr[data-queue="fetch"]')
+        page.wait_for_function("() => (document.querySelector('#panel-queues tr[data-queue=\"fetch\"]') || {}).textContent.includes('3 / 3 / 3')",
+                               timeout=15_000)
+        fetch_row.locator("td.qspark canvas").wait_for(timeout=5_000)
+        figures["screenshot_queues"] = str(_shot(page, "overview-queues"))
 
         # Actions are hidden until log-in; OFF (park) from the page parks the real worker.
         row = page.locator('tr[data-host="browser-box"][data-queue="fetch"]')

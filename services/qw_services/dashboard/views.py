@@ -14,7 +14,7 @@ from starlette.templating import Jinja2Templates
 
 from queue_workflows import admin, db, run_status
 from queue_workflows.hw_metrics import latest as latest_host_metrics
-from queue_workflows.overview import run_graph, search_jobs, throughput, worker_overview
+from queue_workflows.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
 from ..tables import age
 from . import graph
@@ -48,7 +48,7 @@ def queues_context() -> dict[str, Any]:
     rates = throughput()
     rows = admin.queue_overview()
     for row in rows:
-        row.update(rates.get(row["queue"], {"completed_1m": 0, "completed_5m": 0, "completed_15m": 0, "failed_15m": 0}))
+        row.update(rates.get(row["queue"]) or empty_throughput())
     return {"queues": rows}
 
 

@@ -86,9 +86,28 @@
     });
   }
 
+  // Each queue's completions per minute (the last 15), drawn after every panel swap.
+  function queueSparks(root) {
+    if (!window.uPlot) return;
+    root.querySelectorAll("[data-per-minute]").forEach(function (cell) {
+      var counts = JSON.parse(cell.dataset.perMinute || "[]");
+      if (!counts.length) return;
+      var xs = counts.map(function (_, i) { return i - counts.length + 1; });
+      var top = Math.max(1, Math.max.apply(null, counts));
+      cell.replaceChildren();
+      new uPlot({
+        width: 120, height: 22, cursor: { show: false }, legend: { show: false }, select: { show: false },
+        axes: [{ show: false }, { show: false }], scales: { x: { time: false, range: [-counts.length + 0.5, 0.5] }, y: { range: [0, top] } },
+        series: [{}, { stroke: "#1b7f4c", fill: "rgba(27,127,76,0.35)", width: 1, points: { show: false },
+          paths: uPlot.paths && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.8, 8] }) : undefined }],
+      }, [xs, counts], cell);
+    });
+  }
+
   if (hostsEl) {
     JSON.parse(hostsEl.dataset.initial || "[]").forEach(updateHost);
     setInterval(ages, 1000);
+    queueSparks(document);
   }
 
   var live = document.getElementById("live");
@@ -102,6 +121,7 @@
       if (!el) return;
       el.innerHTML = e.data;
       if (window.htmx) htmx.process(el);
+      queueSparks(el);
     });
   });
 
