@@ -89,3 +89,58 @@ def test_wide_layers():
         wf.node(f"x{i}", "m", deps=["r"])
     wf.node("j", "m", deps=[f"x{i}" for i in range(100)])
     assert len(dispatcher.on_node_end(wf, {}, "r", "completed").enqueue) == 100
+
+
+def random_dag(rng, n: int) -> Workflow:
+    """A random DAG: each node depends on up to three earlier ones; some always skip."""
+    wf = Workflow("random")
+    for i in range(n):
+        deps = sorted(rng.sample(range(i), k=min(i, rng.randint(0, 3))))
+        skip = {"$eq": [1, 1]} if rng.random() < 0.15 else None
+        wf.node(f"n{i}", "m", deps=[f"n{d}" for d in deps], skip_if=skip)
+    return wf
+
+
+def test_advance_after_decides_exactly_what_advance_decides():
+    """Walk 40 random DAGs to the end, completing one queued node at a time in random order."""
+    import random
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        wf = random_dag(rng, rng.randint(2, 25))
+        skip_if = lambda node, states: True  # noqa: E731 - every node with a skip_if skips
+        states: dict[str, str] = {}
+
+        def apply(step):
+            states.update({n: "queued" for n in step.enqueue})
+            states.update({n: "skipped" for n in step.skip})
+
+        apply(dispatcher.start(wf, skip_if))
+        asked: list[set[str]] = []
+
+        def states_of(names):
+            asked.append(set(names))
+            return {n: states[n] for n in names if n in states}
+
+        while queued := [n for n, s in states.items() if s == "queued"]:
+            done = rng.choice(queued)
+            states[done] = "completed"
+            full = dispatcher.advance(wf, states, skip_if)
+            part = dispatcher.advance_after(wf, [done], states_of, skip_if)
+            assert (sorted(part.enqueue), sorted(part.skip)) == (sorted(full.enqueue), sorted(full.skip)), f"seed {seed} after {done}"
+            apply(part)
+        assert dispatcher.advance(wf, states, skip_if).run_status == "completed"
+        assert all(len(a) <= len(wf.nodes) for a in asked)
+
+
+def test_advance_after_reads_only_the_neighbourhood():
+    wf = fan(50)
+    read: list[set[str]] = []
+    states = {"root": "completed", **{f"w{i}": "completed" for i in range(50)}}
+
+    def states_of(names):
+        read.append(set(names))
+        return {n: states[n] for n in names if n in states}
+
+    assert dispatcher.advance_after(wf, ["w49"], states_of).enqueue == ["join"]
+    assert read == [{"join", *(f"w{i}" for i in range(50))}]  # the join and its deps, not the whole run

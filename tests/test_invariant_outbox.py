@@ -86,8 +86,8 @@ def test_a_crash_inside_the_drain_loses_no_event_and_enqueues_nothing_twice(data
     run_id = queue_workflows.start_run(Workflow("fan").node("r", f"{N}:echo").node("a", f"{N}:echo", deps=["r"]).node("b", f"{N}:echo", deps=["r"]), {})
     node_queue.mark_completed(job(database_url, run_id, "r")["id"], {}, conn=conn)
 
-    def crash_after_fan_out(c, rid):
-        store.advance_run(c, rid)  # the dependants are written ...
+    def crash_after_fan_out(c, rid, completed):
+        store.advance_run(c, rid, completed)  # the dependants are written ...
         c.close()  # ... and the orchestrator dies before the commit
 
     with psycopg.connect(database_url, autocommit=True, row_factory=psycopg.rows.dict_row) as doomed:
@@ -120,12 +120,12 @@ def test_a_failing_fan_out_is_retried_with_backoff_then_succeeds(database_url, c
     node_queue.mark_completed(job(database_url, run_id, "n0")["id"], {}, conn=conn)
     calls = []
 
-    def flaky(c, rid):
+    def flaky(c, rid, completed):
         calls.append(rid)
         if len(calls) == 1:
-            store.advance_run(c, rid)  # its writes must be rolled back with the failure
+            store.advance_run(c, rid, completed)  # its writes must be rolled back with the failure
             raise RuntimeError("transient fan-out failure")
-        return store.advance_run(c, rid)
+        return store.advance_run(c, rid, completed)
 
     drain = DispatchDrain(advance=flaky, backoff_base=30)
     assert drain.drain_once(conn) == 1
@@ -145,10 +145,10 @@ def test_poison_flag_after_n_failed_fan_outs(database_url, conn):
     node_queue.mark_completed(job(database_url, run_id, "n0")["id"], {}, conn=conn)
     node_queue.mark_completed(job(database_url, other, "n0")["id"], {}, conn=conn)
 
-    def broken_for_one_run(c, rid):
+    def broken_for_one_run(c, rid, completed):
         if rid == run_id:
             raise ValueError("cannot fan out")
-        return store.advance_run(c, rid)
+        return store.advance_run(c, rid, completed)
 
     drain = DispatchDrain(advance=broken_for_one_run, max_attempts=3, backoff_base=0)
     for _ in range(5):

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .dag.dispatcher import DONE, Step, advance, on_node_end, roots, start
+from .dag.dispatcher import DONE, Step, advance, advance_after, dependants, on_node_end, roots, start
 
-__all__ = ["DONE", "Step", "advance", "on_node_end", "roots", "start"]
+__all__ = ["DONE", "Step", "advance", "advance_after", "dependants", "on_node_end", "roots", "start"]

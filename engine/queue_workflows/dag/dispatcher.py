@@ -8,12 +8,13 @@ and fails as soon as a node has failed for good (or was cancelled): its not-yet-
 siblings (`scheduled`/`queued`/`awaiting_input`) are cancelled, running ones finish and are ignored.
 
 `advance` derives everything from the states, so applying it twice (a duplicate outbox event)
-decides nothing new.
+decides nothing new. `advance_after` makes the same decisions for the nodes a completion can
+make ready, reading only their states: what keeps dispatch cheap on a wide run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .definition import Node, Workflow
@@ -78,6 +79,58 @@ def advance(
             current[node_id] = "queued"
     if all(current.get(n) in DONE for n in order):
         step.run_status = "completed"
+    return step
+
+
+def dependants(workflow: Workflow) -> dict[str, list[str]]:
+    """Node id -> the ids that depend on it, in definition order."""
+    found: dict[str, list[str]] = {n.id: [] for n in workflow.nodes}
+    for node in workflow.nodes:
+        for dep in node.deps:
+            found[dep].append(node.id)
+    return found
+
+
+def advance_after(
+    workflow: Workflow,
+    completed: Iterable[str],
+    states_of: Callable[[set[str]], Mapping[str, str]],
+    should_skip: Callable[[Node, Mapping[str, str]], bool] = lambda node, states: False,
+    *,
+    order: list[str] | None = None,
+    depending: Mapping[str, list[str]] | None = None,
+) -> Step:
+    """`advance` restricted to what the `completed` nodes can unblock: their dependants and, through
+    skips, theirs. `states_of(ids)` returns the statuses of those ids that exist. The run's own end
+    is left to the caller (it needs every node's state); a failure or cancel needs `advance`.
+    """
+    nodes = workflow.by_id()
+    rank = {n: i for i, n in enumerate(order or topological_order(workflow))}
+    depending = depending if depending is not None else dependants(workflow)
+    known: dict[str, str] = {}
+    asked: set[str] = set()
+    step = Step()
+    frontier = {d for n in completed for d in depending.get(n, ())}
+    while frontier:
+        wanted = (frontier | {dep for c in frontier for dep in nodes[c].deps}) - asked
+        known.update(states_of(wanted))
+        asked |= wanted
+        unblocked: set[str] = set()
+        for node_id in sorted(frontier, key=rank.__getitem__):
+            if node_id in known:
+                continue
+            node = nodes[node_id]
+            dep_states = [known.get(d) for d in node.deps]
+            if not all(s in DONE for s in dep_states):
+                continue
+            if all(s == "skipped" for s in dep_states) or (node.skip_if is not None and should_skip(node, known)):
+                step.skip.append(node_id)
+                known[node_id] = "skipped"
+                unblocked.update(depending[node_id])
+            else:
+                step.enqueue.append(node_id)
+                known[node_id] = "queued"
+        frontier = unblocked - known.keys()
     return step
 
 

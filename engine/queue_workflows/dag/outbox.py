@@ -42,7 +42,7 @@ class DispatchDrain:
         backoff_base: float = 0.5,
         backoff_max: float = 60.0,
         tick: float = 1.0,
-        advance: Callable[[db.Conn, int], Any] = store.advance_run,
+        advance: Callable[[db.Conn, int, list[str] | None], Any] = store.advance_run,
         guard: Callable[[db.Conn], None] | None = None,
     ) -> None:
         self.stop_event = stop_event or threading.Event()
@@ -65,8 +65,10 @@ class DispatchDrain:
             done: list[int] = []
             for run_id, run_events in by_run.items():
                 try:
+                    # Completions only: just their dependants are read; a failure or cancel reads the run.
+                    completed = [e["node_name"] for e in run_events] if all(e["kind"] == "completed" for e in run_events) else None
                     with conn.transaction():  # a savepoint: one run's failure does not undo the others
-                        self.advance(conn, run_id)
+                        self.advance(conn, run_id, completed)
                     done.extend(e["id"] for e in run_events)
                 except psycopg.OperationalError:
                     raise

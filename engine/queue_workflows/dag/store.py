@@ -8,11 +8,11 @@ unique (run_id, node_name) backs that up at the row level.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -79,17 +79,28 @@ def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) 
     return refs.Scope(context=run["context"] or {}, outputs=outputs, node_ids=frozenset(wf.by_id()))
 
 
-def advance_run(conn: db.Conn, run_id: int) -> dispatcher.Step | None:
-    """Lock the run, decide its next step from its node rows, and write it. None: nothing to do here."""
+def advance_run(conn: db.Conn, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
+    """Lock the run, decide its next step from its node rows, and write it. None: nothing to do here.
+
+    With `completed` (the nodes whose completion is being dispatched) only their dependants' rows
+    are read; without it (a failure, a cancel, a start, a restart, a reconcile) the whole run is.
+    """
     with conn.cursor(row_factory=dict_row) as cur:
-        return _advance(cur, run_id)
+        return _advance(cur, run_id, completed)
 
 
-_PARSED: OrderedDict[tuple[int, Any], tuple[Workflow, list[str], frozenset[str]]] = OrderedDict()
+_PARSED: OrderedDict[tuple[int, Any], "Parsed"] = OrderedDict()
 _PARSED_MAX = 64
 
 
-def _parsed(cur: Any, run: Mapping[str, Any]) -> tuple[Workflow, list[str], frozenset[str]]:
+class Parsed(NamedTuple):
+    wf: Workflow
+    order: list[str]
+    scoped: frozenset[str]  # nodes whose inputs or skip_if read the run's scope
+    depending: dict[str, list[str]]
+
+
+def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
     """A run's definition never changes, so a wide run is read, parsed and ordered once, not per event.
 
     Also the nodes whose inputs or `skip_if` read the run's scope: only they make dispatch load it.
@@ -100,7 +111,7 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> tuple[Workflow, list[str], froz
         definition = cur.execute(q("dag_run_definition"), {"run_id": run["id"]}).fetchone()["definition"]
         wf = Workflow.from_dict(definition)
         scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if))
-        hit = _PARSED[key] = (wf, topological_order(wf), scoped)
+        hit = _PARSED[key] = Parsed(wf, topological_order(wf), scoped, dispatcher.dependants(wf))
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
     else:
@@ -108,12 +119,11 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> tuple[Workflow, list[str], froz
     return hit
 
 
-def _advance(cur: Any, run_id: int) -> dispatcher.Step | None:
+def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
     run = cur.execute(q("dag_lock_run_head"), {"run_id": run_id}).fetchone()
     if run is None or not run["has_definition"] or run["status"] in TERMINAL_RUN:
         return None
-    wf, order, scoped = _parsed(cur, run)
-    states = {r["node_name"]: r["status"] for r in cur.execute(q("dag_run_states"), {"run_id": run_id}).fetchall()}
+    wf, order, scoped, depending = _parsed(cur, run)
     loaded: list[refs.Scope] = []
 
     def scope() -> refs.Scope:
@@ -128,7 +138,19 @@ def _advance(cur: Any, run_id: int) -> dispatcher.Step | None:
         except refs.Unresolved as exc:
             raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
 
-    step = dispatcher.advance(wf, states, should_skip, order=order)
+    if completed is None:
+        states = {r["node_name"]: r["status"] for r in cur.execute(q("dag_run_states"), {"run_id": run_id}).fetchall()}
+        step = dispatcher.advance(wf, states, should_skip, order=order)
+    else:
+        def states_of(names: set[str]) -> dict[str, str]:
+            rows = cur.execute(q("dag_node_states"), {"run_id": run_id, "names": sorted(names)}).fetchall()
+            return {r["node_name"]: r["status"] for r in rows}
+
+        step = dispatcher.advance_after(wf, completed, states_of, should_skip, order=order, depending=depending)
+        if not step.enqueue:  # only now can the run be over: count what is done, skips included
+            done = cur.execute(q("dag_run_done_count"), {"run_id": run_id}).fetchone()["n"]
+            if done + len(step.skip) == len(wf.nodes):
+                step.run_status = "completed"
     _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope())
     return step
 

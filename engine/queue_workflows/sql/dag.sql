@@ -23,6 +23,12 @@ SELECT definition FROM workflow_runs WHERE id = %(run_id)s;
 -- name: dag_run_states
 SELECT node_name, status FROM workflow_node_jobs WHERE run_id = %(run_id)s;
 
+-- name: dag_node_states
+SELECT node_name, status FROM workflow_node_jobs WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]);
+
+-- name: dag_run_done_count
+SELECT count(*) AS n FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status IN ('completed', 'skipped');
+
 -- name: dag_run_scope
 -- What references resolve against: the run's context and its completed outputs, in completion order.
 SELECT r.context, j.node_name, j.status, j.context_delta
