@@ -9,7 +9,11 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg import conninfo
 
 from .errors import ConfigError
 from .settings import ENV_PREFIX, Settings, load_settings
@@ -31,7 +35,26 @@ class EngineConfig:
                 f"{self.db_url_env}: no database configured; set it to a Postgres DSN "
                 "(e.g. postgresql://user:pw@host:5432/db)"
             )
+        if self.settings.database_password_file is not None:
+            return with_password(url, self.settings.database_password_file)
         return url
+
+
+def with_password(url: str, path: Path) -> str:
+    """`url` with the password read from `path` (a Docker secret); ConfigError naming the file when it cannot be read."""
+    try:
+        password = path.read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(
+            f"{ENV_PREFIX}DATABASE_PASSWORD_FILE: cannot read {path} ({exc.strerror or exc}); create the secret "
+            "file (deploy/README.md, Secrets) or unset the variable"
+        ) from None
+    if not password:
+        raise ConfigError(f"{ENV_PREFIX}DATABASE_PASSWORD_FILE: {path} is empty; write the database password into it")
+    try:
+        return conninfo.make_conninfo(url, password=password)
+    except psycopg.Error:
+        return url  # a malformed DSN: the connect path reports it, naming the variable to fix
 
 
 _lock = threading.Lock()

@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     )
 
     database_url: str | None = None
+    # A container's password comes from a Docker secret, never from compose.yaml or the image.
+    database_password_file: Path | None = Field(default=None, description="file holding the database password, added to the DSN; unreadable is a startup error")
     host_label: str = Field(default_factory=_default_host_label)
     app: str | None = Field(default=None, description="module imported by workers to register tasks")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from queue_workflows import admin, app_loader, db, node_queue, scheduler
 
-from . import ops
+from . import health, ops
 from .dashboard import service as dashboard_service
 from .tables import print_table, schedule_table, status_table
 
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--json", action="store_true")
     web = sub.add_parser("web", parents=[app_too], help="serve the operator dashboard, as queue-dashboard does (docs/dashboard.md)")
     dashboard_service.add_arguments(web)
+    health_cmd = sub.add_parser("health", parents=[app_too], help="exit 0 while this container's worker/orchestrator beats (a HEALTHCHECK)")
+    health.add_arguments(health_cmd)
     ops.add_commands(sub, [app_too])
     return parser
 
@@ -96,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return app_loader.run_tool(lambda: run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout, app=args.app))
     if args.command == "web":  # the dashboard service: its own logging, its own serving loop
         return dashboard_service.main_with(args)
+    if args.command == "health":  # its own exit codes: Docker reads 0 healthy, 1 not
+        return health.main_with(args)
     return app_loader.run_tool(lambda: _command(args))
 
 

@@ -1,0 +1,122 @@
+"""`qw health worker|orchestrator|schema`: a container HEALTHCHECK that means something.
+
+A process that exists is not a service that works: a worker is healthy while its own row in
+worker_heartbeats is fresh, an orchestrator while its own qw_orchestrators row is, and the
+scheduler (which keeps no row) while its database answers at this package's schema version.
+Exit 0 healthy, 1 unhealthy with one line on stderr saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psutil
+
+from queue_workflows import app_loader, config, db
+from queue_workflows.queries import parse_named_queries
+
+__all__ = ["add_arguments", "check_orchestrator", "check_schema", "check_worker", "main_with", "worker_pids"]
+
+ORCHESTRATOR_FRESH_SECONDS = 10.0
+"""Orchestrators beat about once a second; ten missed beats is a wedged or cut-off one."""
+START_SLACK_SECONDS = 30.0
+"""How far the database's clock and this host's may disagree about when a worker started."""
+WORKER_COMMANDS = ("queue-claim-worker", "queue_workflows.claim_worker", "qw_services.worker")
+
+
+class Unhealthy(Exception):
+    """Why the check failed, as the one line a HEALTHCHECK log shows."""
+
+
+@cache
+def _queries() -> dict[str, str]:
+    return parse_named_queries(resources.files("qw_services").joinpath("health.sql").read_text())
+
+
+def _rows(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with db.connect(autocommit=True) as conn:
+        return list(conn.execute(_queries()[name], params).fetchall())
+
+
+def worker_pids() -> dict[int, float]:
+    """This PID namespace's claim-worker processes (a container's own), with their start times."""
+    found: dict[int, float] = {}
+    for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if any(name in cmdline for name in WORKER_COMMANDS) and "health" not in cmdline:
+            found[proc.info["pid"]] = proc.info["create_time"]
+    return found
+
+
+def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float]] = worker_pids) -> str:
+    """This container's worker row is fresh: within three heartbeats (at least one lease)."""
+    settings = config.current().settings
+    local = pids()
+    if not local:
+        raise Unhealthy("no claim-worker process runs here")
+    rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
+    # Replicas on one host can share a pid: ours started no earlier than our process did.
+    mine = [r for r in rows if r["started_epoch"] >= local[r["pid"]] - START_SLACK_SECONDS]
+    if not mine:
+        where = f"host {settings.host_label!r}" + (f", queue {queue!r}" if queue else "")
+        raise Unhealthy(f"no worker_heartbeats row for this worker ({where}, pids {sorted(local)}): not registered yet, or removed")
+    row = mine[0]
+    fresh = max(3 * settings.heartbeat_seconds, settings.lease_seconds)
+    if row["silent_seconds"] > fresh:
+        raise Unhealthy(f"worker {row['worker_id']} last beat {row['silent_seconds']:.0f}s ago (limit {fresh:g}s)")
+    return f"worker {row['worker_id']} ({row['state']}) beat {row['silent_seconds']:.1f}s ago"
+
+
+def check_orchestrator(hostname: str | None = None) -> str:
+    """This container's orchestrator, leading or standing by, beat within ten seconds."""
+    name = hostname or socket.gethostname()
+    rows = _rows("orchestrator_row", {"hostname": name})
+    if not rows:
+        raise Unhealthy(f"no qw_orchestrators row for hostname {name!r}: not started yet, or it stopped beating")
+    row = rows[0]
+    if row["silent_seconds"] > ORCHESTRATOR_FRESH_SECONDS:
+        raise Unhealthy(f"orchestrator {row['orchestrator_id']} last beat {row['silent_seconds']:.0f}s ago")
+    return f"orchestrator {row['orchestrator_id']} ({row['role']}) beat {row['silent_seconds']:.1f}s ago"
+
+
+def check_schema() -> str:
+    """The database answers and carries this package's migrations."""
+    return f"database at schema version {db.check_database()}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("role", choices=("worker", "orchestrator", "schema"))
+    parser.add_argument("--queue", default=None, help="worker: only this queue's row (default: any of this container's)")
+
+
+def main_with(args: argparse.Namespace) -> int:
+    def body() -> int:
+        app_loader.load_app(args.app)
+        try:
+            if args.role == "worker":
+                said = check_worker(args.queue)
+            elif args.role == "orchestrator":
+                said = check_orchestrator()
+            else:
+                said = check_schema()
+        except Unhealthy as exc:
+            print(f"unhealthy: {exc}", file=sys.stderr)
+            return 1
+        print(f"healthy: {said}")
+        return 0
+
+    code = app_loader.run_tool(body)
+    return 0 if code == 0 else 1  # Docker reads any non-zero as unhealthy; 1 is its documented value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="qw health")
+    parser.add_argument("--app", default=None)
+    add_arguments(parser)
+    return main_with(parser.parse_args(argv))

@@ -1,0 +1,66 @@
+"""`qw health worker|orchestrator|schema`, the containers' HEALTHCHECK, against real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from procs import query, service_env, wait_until, wait_workers_ready
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _health(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qw_services.cli", "health", *args], env=service_env(database_url),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_worker_is_healthy_while_its_own_row_beats(database_url, procs):
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(database_url, [worker])
+    ok = _health(database_url, "worker", "--queue", "fetch")
+    assert ok.returncode == 0, ok.stderr
+    assert f":fetch:{worker.pid}:" in ok.stdout
+    # Another queue's row is not this worker's.
+    other = _health(database_url, "worker", "--queue", "load")
+    assert other.returncode == 1 and "no worker_heartbeats row" in other.stderr
+    # A wedged worker: its process lives on, its row stops beating.
+    query(database_url, "UPDATE worker_heartbeats SET last_seen = now() - interval '1 hour' WHERE pid = %s", (worker.pid,))
+    stale = _health(database_url, "worker", "--queue", "fetch")
+    assert stale.returncode == 1 and "last beat" in stale.stderr, stale.stderr
+
+
+def test_a_worker_row_that_started_before_the_process_is_not_its_own(database_url, procs):
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(database_url, [worker])
+    # A replica on the same host reusing the pid left a row from long before this process began.
+    query(database_url, "UPDATE worker_heartbeats SET started_at = now() - interval '1 day' WHERE pid = %s", (worker.pid,))
+    result = _health(database_url, "worker")
+    assert result.returncode == 1 and "no worker_heartbeats row" in result.stderr, result.stderr
+
+
+def test_no_worker_process_is_unhealthy(database_url):
+    result = _health(database_url, "worker")
+    assert result.returncode == 1 and "no claim-worker process" in result.stderr
+
+
+def test_an_orchestrator_is_healthy_while_it_beats(database_url, procs):
+    orchestrator = procs.orchestrator(service_env(database_url))
+    wait_until(lambda: query(database_url, "SELECT 1 FROM qw_orchestrators WHERE pid = %s", (orchestrator.pid,)),
+               timeout=30, what="the orchestrator's row")
+    ok = _health(database_url, "orchestrator")
+    assert ok.returncode == 0, ok.stderr
+    assert f":{orchestrator.pid}" in ok.stdout and ("leader" in ok.stdout or "standby" in ok.stdout)
+    orchestrator.kill()
+    orchestrator.wait(timeout=10)
+    query(database_url, "UPDATE qw_orchestrators SET beat_at = now() - interval '1 minute' WHERE pid = %s", (orchestrator.pid,))
+    gone = _health(database_url, "orchestrator")
+    assert gone.returncode == 1 and "last beat" in gone.stderr, gone.stderr
+
+
+def test_schema_health_needs_the_migrations(database_url, scratch_database_url):
+    assert _health(database_url, "schema").returncode == 0
+    bare = _health(scratch_database_url, "schema")
+    assert bare.returncode == 1 and "qw migrate" in bare.stderr
