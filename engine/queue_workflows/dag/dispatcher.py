@@ -64,22 +64,24 @@ def advance(
     step = Step()
     current = dict(states)
     for node_id in order:  # topological: a skip decided here is seen by the dependants after it
-        if node_id in current:
-            continue
-        node = nodes[node_id]
-        dep_states = [current.get(d) for d in node.deps]
-        if not all(s in DONE for s in dep_states):
-            continue
-        cascade = bool(node.deps) and all(s == "skipped" for s in dep_states)
-        if cascade or (node.skip_if is not None and should_skip(node, current)):
-            step.skip.append(node_id)
-            current[node_id] = "skipped"
-        else:
-            step.enqueue.append(node_id)
-            current[node_id] = "queued"
+        if node_id not in current:
+            _decide(step, nodes[node_id], current, should_skip)
     if all(current.get(n) in DONE for n in order):
         step.run_status = "completed"
     return step
+
+
+def _decide(step: Step, node: Node, states: dict[str, str], should_skip: Callable[[Node, Mapping[str, str]], bool]) -> str | None:
+    """A node not created yet: once every dependency is done, skip it (cascade or `skip_if`) or
+    enqueue it, in `step` and in `states`; returns which, or None while it is not ready."""
+    dep_states = [states.get(d) for d in node.deps]
+    if not all(s in DONE for s in dep_states):
+        return None
+    cascade = bool(node.deps) and all(s == "skipped" for s in dep_states)
+    decided = "skipped" if cascade or (node.skip_if is not None and should_skip(node, states)) else "queued"
+    (step.skip if decided == "skipped" else step.enqueue).append(node.id)
+    states[node.id] = decided
+    return decided
 
 
 def dependants(workflow: Workflow) -> dict[str, list[str]]:
@@ -117,19 +119,8 @@ def advance_after(
         asked |= wanted
         unblocked: set[str] = set()
         for node_id in sorted(frontier, key=rank.__getitem__):
-            if node_id in known:
-                continue
-            node = nodes[node_id]
-            dep_states = [known.get(d) for d in node.deps]
-            if not all(s in DONE for s in dep_states):
-                continue
-            if all(s == "skipped" for s in dep_states) or (node.skip_if is not None and should_skip(node, known)):
-                step.skip.append(node_id)
-                known[node_id] = "skipped"
+            if node_id not in known and _decide(step, nodes[node_id], known, should_skip) == "skipped":
                 unblocked.update(depending[node_id])
-            else:
-                step.enqueue.append(node_id)
-                known[node_id] = "queued"
         frontier = unblocked - known.keys()
     return step
 
