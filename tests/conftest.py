@@ -20,6 +20,7 @@ import pytest
 import queue_workflows
 from queue_workflows import config, db, schedule, tasks, testing
 from queue_workflows.dag import hooks as dag_hooks
+from queue_workflows.gpu import registry as model_registry
 
 import qw_test_app
 from procs import PrivatePostgres, Procs
@@ -103,11 +104,13 @@ def _fresh_engine_state() -> Iterator[None]:
     tasks.clear_ingest_tasks()
     schedule.clear_ingest_schedule()
     dag_hooks.reset()
+    model_registry.reset()
     yield
     config.reset()
     tasks.clear_ingest_tasks()
     schedule.clear_ingest_schedule()
     dag_hooks.reset()
+    model_registry.reset()
 
 
 @pytest.fixture
@@ -115,7 +118,7 @@ def database_url(session_database_url: str) -> str:
     """The session database with every table empty and the engine configured to use it."""
     with psycopg.connect(session_database_url, autocommit=True) as conn:
         conn.execute(TRUNCATE)
-    queue_workflows.configure(database_url=session_database_url, ingest_queues=TEST_INGEST_QUEUES)
+    queue_workflows.configure(database_url=session_database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True)
     return session_database_url
 
 

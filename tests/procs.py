@@ -32,6 +32,7 @@ def service_env(database_url: str, **overrides: str) -> dict[str, str]:
         QW_APP="qw_test_app",
         QW_INGEST_QUEUES="fetch,load,alpha,beta",
         QW_LOG_LEVEL="INFO",
+        QW_GPU_CPU_FALLBACK="1",  # no GPU here: gpu workers run their jobs on the CPU
         PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH", "")])),
     )
     env.update(overrides)

@@ -39,9 +39,11 @@ def test_jobs_job_retry_and_cancel(env, capsys):
 
     detail = _json(capsys, ["job", f"ingest:{job['id']}"])
     assert detail["job"]["status"] == "failed" and [e["to_status"] for e in detail["events"]] == ["failed"]
+    assert detail["job"]["cpu_seconds"] >= 0 and detail["job"]["peak_rss_bytes"] > 0  # what the attempt cost
     assert cli.main(["job", str(job["id"])]) == 0
     shown = capsys.readouterr().out
     assert "disk full" in shown and "running" in shown and "failed" in shown
+    assert {"wall_seconds", "cpu_seconds", "peak_rss_bytes"} <= {line.split()[0] for line in shown.splitlines() if line.strip()}
 
     assert _json(capsys, ["retry", str(job["id"])])["status"] == "queued"
     assert cli.main(["retry", str(job["id"])]) == 3, "a queued job cannot be retried"

@@ -21,6 +21,8 @@ import psycopg
 from . import app_loader, config, db, exits, jobstore, node_queue, progress, queries
 from .backoff import retry_delay
 from .executor import Outcome, run_ingest_job, run_node_job
+from .gpu.cache import Acquired, ModelLoadError
+from .gpu.side import GpuSide
 from .control import WorkerSwitch
 from .control.api import control_for
 from .control.device import check_device_if_pending
@@ -30,6 +32,7 @@ from .liveness.watchdogs import JobWatch, Trip, budget_for
 from .payloads import clean_text
 from .queries import JobTable
 from .session import SessionClosed, WorkerSession, first_line
+from .usage import Usage, UsageMeter
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,11 @@ class ClaimWorker:
         )
         self._job: dict[str, Any] | None = None
         self._grace_timer: threading.Timer | None = None
+        self.gpu = GpuSide(self.settings) if queue == "gpu" else None
+        self.meter = UsageMeter(vram=self.gpu is not None)
+        self._usage: Usage | None = None
+        if self.gpu is not None:
+            self.beat.models_fn = self._held_models
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -88,6 +96,8 @@ class ClaimWorker:
         try:
             # Connect, take the lock, LISTEN, and read our ON/OFF row: an OFF worker starts parked.
             self.session.run(self._read_switch)
+            if self.gpu is not None:
+                self.gpu.start()
             progress.bind(self.watch)
             self.beat.start()
             log.info("worker %s ready on queue %r (lock %s)", self.worker_id, self.queue, self.session.lock_key)
@@ -95,7 +105,8 @@ class ClaimWorker:
                 self.drain()
                 if not self._running():
                     break
-                self.session.wait(self.settings.poll_seconds, self.queue, wake=self.switch.changed)
+                if not self.session.wait(self.settings.poll_seconds, self.queue, wake=self.switch.changed) and self.gpu is not None:
+                    self.gpu.idle()  # a quiet poll: unload models unused for QW_GPU_IDLE_UNLOAD_SECONDS
         except SessionClosed:
             pass
         finally:
@@ -170,7 +181,11 @@ class ClaimWorker:
         return not self.stop_event.is_set() and (self.max_jobs is None or self.jobs_done < self.max_jobs)
 
     def _may_claim(self) -> bool:
-        return self._running() and not self.switch.parked and not self.throttle.active
+        return self._running() and not self.switch.parked and not self.throttle.active and (self.gpu is None or self.gpu.may_claim())
+
+    def _held_models(self) -> tuple[list[str], bool]:
+        assert self.gpu is not None
+        return self.gpu.loaded(), self.gpu.cache.swapping
 
     def _claim_statement(self) -> jobstore.Statement:
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
@@ -187,9 +202,23 @@ class ClaimWorker:
         budget = job.get("budget_seconds") or budget_for(job, self.settings)  # a DAG node may set its own
         self.beat.job_started(self.table, job["id"], budget)
         started = time.monotonic()
-        outcome = run_node_job(job) if self.is_node_queue else run_ingest_job(job)
+        self.meter.start()
+        outcome, acquired = self._run_job(job)
+        self._usage = self.meter.finish(load_seconds=acquired.load_seconds if acquired else None, hit=acquired.hit if acquired else None)
         self.jobs_done += 1
         return outcome, time.monotonic() - started
+
+    def _run_job(self, job: dict[str, Any]) -> tuple[Outcome, Acquired | None]:
+        """The job's code, with its model loaded first on a gpu worker."""
+        if self.gpu is None:
+            return (run_node_job(job) if self.is_node_queue else run_ingest_job(job)), None
+        try:
+            acquired = self.gpu.acquire(job)
+        except ModelLoadError as exc:
+            return Outcome("failed", error=str(exc)), None
+        self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
+        with self.gpu.run_with(acquired.model if acquired else None):
+            return run_node_job(job), acquired
 
     def _store_outcome(
         self, conn: Any, job: dict[str, Any], outcome: Outcome
@@ -224,6 +253,9 @@ class ClaimWorker:
         then matches nothing. With attempts spent the retry matches nothing and the mark fails it.
         """
         statements = []
+        usage, self._usage = self._usage, None
+        if usage is not None:  # what the job cost, stamped while the row is still running and ours
+            statements.append(usage.statement(self.table, job["id"], self.worker_id))
         retry_in = None
         if outcome.gpu_error == "oom":  # not the task's fault: requeue uncharged, up to the watchdog cap
             error = f"GPU out of memory (requeued, no attempt charged): {outcome.error}"
@@ -238,7 +270,8 @@ class ClaimWorker:
         if claim_next:
             statements.append(self._claim_statement())
         self.beat.job_finished()  # before the commit: a revocation we cause ourselves must not stop us
-        rows = [cursor.fetchone() for cursor in db.one_round_trip(conn, statements)]
+        cursors = db.one_round_trip(conn, statements)
+        rows = [cursor.fetchone() for cursor in cursors[1 if usage is not None else 0:]]
         self._job = None
         next_job = rows.pop() if claim_next else None
         retried = rows[0] if retry_in is not None else None

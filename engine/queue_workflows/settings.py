@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     batch_concurrency: int = Field(default=1, ge=1, le=256)
     memory_throttle_percent: float = Field(default=90.0, gt=0, le=100)
     memory_resume_percent: float = Field(default=80.0, gt=0, le=100)
+    # The gpu worker's warm-model cache (docs/gpu.md).
+    gpu_model_slots: int = Field(default=1, ge=1, le=64)  # models held at once when no VRAM budget is set
+    gpu_vram_budget_gb: float | None = Field(default=None, gt=0)  # or: a budget their est_vram_gb must fit
+    gpu_idle_unload_seconds: float | None = Field(default=900.0, gt=0)  # unload a model unused this long
+    gpu_cpu_fallback: bool = False  # run gpu jobs on a box with no visible GPU (tests, the demo)
     gpu_throttle_percent: float = Field(default=85.0, gt=0, le=100)
     gpu_resume_percent: float = Field(default=75.0, gt=0, le=100)
     swap_throttle_percent: float = Field(default=70.0, gt=0, le=100)

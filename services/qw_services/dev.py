@@ -146,13 +146,14 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
     # Children import the app again and read its variable: point it (and QW_DATABASE_URL) at `url`.
     os.environ.update({config.db_url_env: url, "QW_DATABASE_URL": url})
     env = dict(os.environ)
+    env.setdefault("QW_GPU_CPU_FALLBACK", "1")  # the dev stack runs gpu jobs on a laptop too
     _announce_database(url, embedded=server is not None, app=app)
 
     supervisor = Supervisor(env, grace=config.settings.shutdown_grace_seconds + 5)
     stopping = on_stop_signals(lambda: None)
     signal.signal(signal.SIGHUP, lambda *_: stopping.set())  # a closed terminal stops everything too
     supervisor.add("orchestrator", "qw_services.orchestrator")
-    queues = ["cpu", "gpu", *sorted(config.settings.ingest_queues)]  # gpu: node jobs run on the CPU here
+    queues = ["cpu", "gpu", *sorted(config.settings.ingest_queues)]  # gpu: on the CPU unless QW_GPU_CPU_FALLBACK=0
     for queue in queues:
         supervisor.add(f"worker-{queue}", "qw_services.worker", f"--queue={queue}")
     watch = ScheduleWatch() if scheduler.ingest_schedule() else None

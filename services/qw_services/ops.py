@@ -221,12 +221,17 @@ def jobs_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+# What the job cost (queue_workflows.usage), shown when recorded.
+USAGE_FIELDS = ("wall_seconds", "cpu_seconds", "peak_rss_bytes", "peak_vram_bytes", "model_load_seconds", "model_hit")
+
+
 def job_table(detail: dict[str, Any]) -> Table:
     job = detail["job"]
     table = _table("field", "value")
     table.add_row("job", detail["ref"])
     for key in ("queue", "task_name", "node_name", "status", "attempts", "max_attempts", "watchdog_trips", "claimed_by",
-                "created_at", "started_at", "finished_at", "run_after", "dedup_key", "args", "inputs", "result", "context_delta", "error"):
+                "created_at", "started_at", "finished_at", "run_after", "dedup_key",
+                *USAGE_FIELDS, "args", "inputs", "result", "context_delta", "error"):
         if key in job and job[key] is not None:
             value = job[key]
             text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else _when(value) if isinstance(value, datetime) else str(value)

@@ -91,6 +91,8 @@ class LivenessBeat(threading.Thread):
         self._conn: db.Conn | None = None
         self._halt = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
+        # A gpu worker's warm models and whether it is swapping, shown with each heartbeat.
+        self.models_fn: Callable[[], tuple[list[str], bool]] = lambda: ([], False)
 
     # -- called from the worker's main thread ----------------------------------------------
 
@@ -274,6 +276,7 @@ class LivenessBeat(threading.Thread):
             "state": self._reported_state(),
             "current_job_id": job.job_id if job else None,
         }
+        params["loaded_models"], params["swapping"] = self.models_fn()
         conn.execute(queries.query("upsert_heartbeat"), params)
 
     def _job_taken(self, job: CurrentJob, why: str) -> None:

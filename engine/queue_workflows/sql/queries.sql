@@ -164,11 +164,12 @@ SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
 SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
 
 -- name: upsert_heartbeat
-INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, last_seen)
-VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s, now())
+INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, loaded_models, swapping, last_seen)
+VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s,
+        %(loaded_models)s::text[], %(swapping)s, now())
 ON CONFLICT (worker_id) DO UPDATE
-   SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id,
-       lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
+   SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id, loaded_models = EXCLUDED.loaded_models,
+       swapping = EXCLUDED.swapping, lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
 
 -- name: delete_heartbeat
 DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
@@ -390,3 +391,10 @@ RETURNING j.id;
 -- name: copy_ingest_jobs
 -- Bulk enqueue of validated rows (node_queue.copy_ingest_jobs), columns in _INGEST_ARGS order.
 COPY ingest_jobs (task_name, queue, args, reason, priority, max_attempts) FROM STDIN;
+
+-- name: record_usage
+-- What the job cost its process (queue_workflows.usage), written just before its terminal mark.
+UPDATE {table}
+   SET cpu_seconds = %(cpu_seconds)s, peak_rss_bytes = %(peak_rss_bytes)s, peak_vram_bytes = %(peak_vram_bytes)s,
+       model_load_seconds = %(model_load_seconds)s, model_hit = %(model_hit)s, wall_seconds = %(wall_seconds)s
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running';

@@ -1,0 +1,83 @@
+"""Per-job resource accounting: what one job cost its process, recorded with its outcome.
+
+A worker runs one job at a time, so the process's CPU time across the job is the job's. RSS is
+the process's peak so far (`ru_maxrss`); VRAM is what NVML reports this process holding when the
+job ends (None where NVML or its per-process query is not available).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import queries
+from .jobstore import Statement
+from .queries import JobTable
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu_seconds: float
+    peak_rss_bytes: int
+    wall_seconds: float
+    peak_vram_bytes: int | None = None
+    model_load_seconds: float | None = None
+    model_hit: bool | None = None
+
+    def statement(self, table: JobTable, job_id: int, worker_id: str) -> Statement:
+        """Stamp the running job's row (before its terminal mark, in the same transaction)."""
+        params: dict[str, Any] = {"job_id": job_id, "worker_id": worker_id, **self.__dict__}
+        return queries.query("record_usage", table), params
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def process_vram_bytes() -> int | None:
+    """VRAM this process holds on any NVIDIA GPU, per NVML; None when that cannot be asked."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no library, no driver: unknown
+        return None
+    try:
+        total, pid = 0, os.getpid()
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class UsageMeter:
+    def __init__(self, *, vram: bool = False) -> None:
+        self.vram = vram
+        self._cpu0 = 0.0
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._cpu0, self._t0 = _cpu(), time.monotonic()
+
+    def finish(self, *, load_seconds: float | None = None, hit: bool | None = None) -> Usage:
+        return Usage(
+            cpu_seconds=round(_cpu() - self._cpu0, 6),
+            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            wall_seconds=round(time.monotonic() - self._t0, 6),
+            peak_vram_bytes=process_vram_bytes() if self.vram else None,
+            model_load_seconds=load_seconds,
+            model_hit=hit,
+        )

@@ -1,0 +1,166 @@
+"""The gpu worker's models: the registry, the warm cache on a virtual clock, and a real worker
+running gpu jobs with their model loaded once, its hits, loads and costs recorded per job."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+import queue_workflows
+from queue_workflows import claim_worker, model_registry, node_queue
+from queue_workflows.gpu.cache import ModelCache, ModelLoadError
+from queue_workflows.gpu.side import GpuSide
+
+from conftest import TEST_INGEST_QUEUES
+from procs import Procs, query, service_env, wait_for_log, wait_until
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Loads:
+    """Loaders that count, models that remember being unloaded."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+        self.unloaded: list[str] = []
+
+    def spec(self, model_id: str, gb: float | None = None, fail: bool = False) -> model_registry.ModelSpec:
+        def load():
+            if fail:
+                raise RuntimeError("weights not found")
+            self.loaded.append(model_id)
+            return {"model": model_id}
+
+        return model_registry.register(model_registry.ModelSpec(model_id, load, lambda m: self.unloaded.append(m["model"]), gb))
+
+
+def test_a_hit_loads_nothing_and_a_miss_evicts_the_least_recently_used():
+    loads, clock, released = Loads(), Clock(), []
+    for m in ("a", "b", "c"):
+        loads.spec(m)
+    cache = ModelCache(slots=2, now_fn=clock, release_fn=lambda: released.append(1))
+    assert cache.acquire("a").hit is False and cache.acquire("b").hit is False
+    assert cache.acquire("a").hit is True  # a is now the most recent
+    got = cache.acquire("c")
+    assert (got.hit, got.model) == (False, {"model": "c"})
+    assert loads.loaded == ["a", "b", "c"] and loads.unloaded == ["b"] and released == [1]
+    assert cache.loaded() == ["c", "a"]
+
+
+def test_a_vram_budget_fits_models_by_their_estimate():
+    loads = Loads()
+    loads.spec("small", 4)
+    loads.spec("mid", 6)
+    loads.spec("big", 14)
+    loads.spec("unknown")  # no estimate: it takes the whole budget
+    cache = ModelCache(budget_gb=16, now_fn=Clock(), release_fn=lambda: None)
+    cache.acquire("small")
+    cache.acquire("mid")
+    assert cache.loaded() == ["mid", "small"]  # 10 of 16 GB
+    cache.acquire("big")  # 14: both must go
+    assert cache.loaded() == ["big"] and loads.unloaded == ["small", "mid"]
+    cache.acquire("unknown")
+    assert cache.loaded() == ["unknown"]
+
+
+def test_an_idle_model_is_unloaded_after_its_idle_time_on_the_clock():
+    loads, clock = Loads(), Clock()
+    loads.spec("a")
+    loads.spec("b")
+    cache = ModelCache(slots=2, idle_seconds=60, now_fn=clock, release_fn=lambda: None)
+    cache.acquire("a")
+    clock.now += 30
+    cache.acquire("b")
+    clock.now += 40  # a idle 70 s, b 40 s
+    assert cache.idle_models() == ["a"]
+    assert cache.unload_idle() == ["a"] and cache.loaded() == ["b"]
+    clock.now += 20
+    assert cache.unload_idle() == ["b"] and cache.loaded() == []
+
+
+def test_a_failing_loader_leaves_the_slot_empty_and_says_why():
+    loads = Loads()
+    loads.spec("ok")
+    loads.spec("broken", fail=True)
+    cache = ModelCache(slots=1, now_fn=Clock(), release_fn=lambda: None)
+    cache.acquire("ok")
+    with pytest.raises(ModelLoadError, match="model 'broken' failed to load: RuntimeError: weights not found"):
+        cache.acquire("broken")
+    assert cache.loaded() == [] and not cache.swapping  # "ok" was evicted to make room, "broken" never arrived
+
+
+def test_the_registry_refuses_bad_specs_and_runs_the_registrar_once():
+    with pytest.raises(ValueError, match="model id"):
+        model_registry.ModelSpec("", lambda: None)
+    with pytest.raises(TypeError, match="loader must be callable"):
+        model_registry.ModelSpec("m", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="est_vram_gb"):
+        model_registry.ModelSpec("m", lambda: None, est_vram_gb=-1)
+    with pytest.raises(model_registry.UnknownModelError, match="'ghost' is not registered"):
+        model_registry.get("ghost")
+    calls = []
+    model_registry.set_builtin_model_registrar(lambda: calls.append(model_registry.register(model_registry.ModelSpec("b", dict))))
+    model_registry.ensure_builtin_models()
+    model_registry.ensure_builtin_models()
+    assert len(calls) == 1 and [s.id for s in model_registry.registered()] == ["b"]
+
+
+def test_a_box_without_a_gpu_refuses_unless_told_to_fall_back(database_url, caplog):
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=False)
+    side = GpuSide(queue_workflows.config.current().settings, probe=lambda: [])
+    with caplog.at_level(logging.ERROR):
+        side.start()
+    assert not side.may_claim() and "no GPU is visible" in caplog.text and "QW_GPU_CPU_FALLBACK=1" in caplog.text
+    seen = GpuSide(queue_workflows.config.current().settings, probe=lambda: ["a GPU"])
+    seen.start()
+    assert seen.may_claim()
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True)
+    fallback = GpuSide(queue_workflows.config.current().settings, probe=lambda: [])
+    fallback.start()
+    assert fallback.may_claim()
+
+
+def test_a_gpu_worker_loads_a_model_once_and_records_hits_and_costs(database_url, conn):
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True,
+                              heartbeat_seconds=0.2)
+    loads = Loads()
+    loads.spec("m1")
+    ids = [node_queue.enqueue_node_job(f"n{i}", "gpu", node_module="qw_gpu_nodes", required_model="m1")["id"] for i in range(3)]
+    other = node_queue.enqueue_node_job("plain", "gpu", node_module="qw_gpu_nodes")["id"]
+    worker = claim_worker.ClaimWorker("gpu", max_jobs=4)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    rows = {r["id"]: r for r in conn.execute("SELECT * FROM workflow_node_jobs").fetchall()}
+    assert loads.loaded == ["m1"]
+    assert [rows[i]["context_delta"] for i in ids] == [{"model": {"model": "m1"}}] * 3  # model_registry.current()
+    assert [rows[i]["model_hit"] for i in ids] == [False, True, True]
+    assert rows[ids[0]]["model_load_seconds"] >= 0 and rows[ids[1]]["model_load_seconds"] == 0
+    assert rows[other]["context_delta"] == {"model": None} and rows[other]["model_hit"] is None
+    for r in rows.values():
+        assert r["cpu_seconds"] >= 0 and r["wall_seconds"] >= 0 and r["peak_rss_bytes"] > 10_000_000
+
+
+@pytest.mark.multiprocess
+def test_the_heartbeat_shows_the_warm_model_and_a_failed_load_fails_the_job(database_url: str, procs: Procs, tmp_path: Path) -> None:
+    env = service_env(database_url, QW_APP="qw_gpu_nodes", QW_HEARTBEAT_SECONDS="0.3")
+    worker = procs.worker(env, "gpu")
+    good = node_queue.enqueue_node_job("n", "gpu", node_module="qw_gpu_nodes", required_model="warm")["id"]
+    wait_until(lambda: query(database_url, "SELECT loaded_models FROM worker_heartbeats WHERE pid = %s", (worker.pid,))
+               == [{"loaded_models": ["warm"]}], timeout=30, what="the heartbeat to show the warm model")
+    bad = node_queue.enqueue_node_job("n2", "gpu", node_module="qw_gpu_nodes", required_model="broken", max_attempts=1)["id"]
+    wait_until(lambda: query(database_url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (bad,))[0]["status"] == "failed",
+               timeout=30, what="the job whose model cannot load to fail")
+    row = query(database_url, "SELECT error FROM workflow_node_jobs WHERE id = %s", (bad,))[0]
+    assert "model 'broken' failed to load" in row["error"]
+    assert query(database_url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (good,))[0]["status"] == "completed"
+    wait_for_log(worker, "model warm loaded", timeout=10)
