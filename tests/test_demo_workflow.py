@@ -11,7 +11,8 @@ from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.testing import wait_until
 
 
-def test_the_demo_workflow_skips_translation_for_english_only(database_url):
+def test_the_demo_workflow_skips_translation_for_english_only(database_url, conn):
+    demo.register_models()  # what the gpu worker's registrar does at start
     runs = {topic: start_run(demo.WORKFLOW, {"topic": topic}) for topic in demo.ARTICLES}
     workers = [ClaimWorker("cpu"), ClaimWorker("gpu")]
     stop = threading.Event()
@@ -35,6 +36,10 @@ def test_the_demo_workflow_skips_translation_for_english_only(database_url):
     assert english["nodes"]["embed"]["queue"] == "gpu"
     assert english["nodes"]["summarize"]["output"]["translated"] is False
     assert german["nodes"]["summarize"]["output"]["translated"] is True
+    # The demo model was loaded once, for the first embed, and was warm for the second.
+    assert english["nodes"]["embed"]["output"]["warm_model"] and german["nodes"]["embed"]["output"]["warm_model"]
+    hits = [r["model_hit"] for r in conn.execute("SELECT model_hit FROM workflow_node_jobs WHERE node_name = 'embed' ORDER BY finished_at")]
+    assert hits == [False, True]
 
 
 def test_the_demo_approval_waits_for_input_then_publishes(database_url):

@@ -7,9 +7,12 @@ import random
 import time
 from typing import Any
 
-from queue_workflows import ScheduleEntry, current, node_queue, register_ingest_task, set_ingest_schedule, start_run
+from queue_workflows import ScheduleEntry, current, model_registry, node_queue, register_ingest_task, set_ingest_schedule, start_run
 
 from . import nodes
+
+# A gpu worker registers the demo's model when it starts (loaded once, then kept warm).
+model_registry.set_builtin_model_registrar(nodes.register_models)
 
 
 def fetch_page(reason: str, args: dict[str, Any]) -> dict[str, Any]:

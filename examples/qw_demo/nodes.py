@@ -9,6 +9,8 @@ import hashlib
 import math
 from typing import Any
 
+from queue_workflows import model_registry
+
 ARTICLES = {
     "queues": ("en", "Postgres makes a fine queue when claims skip locked rows"),
     "warteschlangen": ("de", "Postgres ist eine gute Warteschlange wenn Zeilen gesperrt uebersprungen werden"),
@@ -33,11 +35,34 @@ def translate(text: str) -> dict[str, Any]:
     return {"english": text.replace("ist eine gute Warteschlange", "is a fine queue")}
 
 
+LETTERS = "etaoinshr"
+
+
+def load_demo_embed() -> dict[str, Any]:
+    """The `demo-embed` model: real work and real memory on the CPU (a GPU box would load weights).
+
+    About 200 MB of "weights" and a second or so of hashing them, so `qw dev` shows what a
+    warm model saves: the first embed pays the load, later ones are hits (`qw job ID`).
+    """
+    weights = bytearray(200 * 1024 * 1024)
+    digest = hashlib.sha256()
+    for offset in range(0, len(weights), 16 * 1024 * 1024):
+        digest.update(memoryview(weights)[offset:offset + 16 * 1024 * 1024])
+    scale = 1 + int(digest.hexdigest()[:2], 16) % 3
+    return {"weights": weights, "scale": scale}
+
+
+def register_models() -> None:
+    model_registry.register(model_registry.ModelSpec("demo-embed", load_demo_embed, est_vram_gb=0.2))
+
+
 def embed(text: str) -> dict[str, Any]:
-    """The gpu node (model `demo-embed`); computes a small bag-of-letters vector on the CPU."""
-    counts = [text.lower().count(c) for c in "etaoinshr"]
+    """The gpu node (model `demo-embed`): a bag-of-letters vector, weighted by the loaded model."""
+    model = model_registry.current()
+    scale = model["scale"] if model else 1
+    counts = [text.lower().count(c) * scale for c in LETTERS]
     norm = math.sqrt(sum(c * c for c in counts)) or 1.0
-    return {"vector": [round(c / norm, 3) for c in counts]}
+    return {"vector": [round(c / norm, 3) for c in counts], "warm_model": model is not None}
 
 
 def summarize(words: int, sha256: str, vector: list[float], english: str | None = None) -> dict[str, Any]:
