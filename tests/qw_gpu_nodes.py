@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from queue_workflows import model_registry
 
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Returns the model the worker loaded for this job (None for a job that names none)."""
+    """Returns the model the worker loaded for this job (None for a job that names none), after `sleep` s."""
+    time.sleep(float(inputs.get("sleep", 0)))
     return {"model": model_registry.current()}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import queue_workflows
-from queue_workflows import claim_worker, model_registry, node_queue
+from queue_workflows import claim_worker, db, model_registry, node_queue
 from queue_workflows.gpu.cache import ModelCache, ModelLoadError
 from queue_workflows.gpu.side import GpuSide
 
@@ -164,3 +164,76 @@ def test_the_heartbeat_shows_the_warm_model_and_a_failed_load_fails_the_job(data
     assert "model 'broken' failed to load" in row["error"]
     assert query(database_url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (good,))[0]["status"] == "completed"
     wait_for_log(worker, "model warm loaded", timeout=10)
+
+
+# Routing: warm models stay where they are ---------------------------------------------------
+
+
+def start(worker: claim_worker.ClaimWorker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    return thread
+
+
+def warm_on(database_url: str, worker: claim_worker.ClaimWorker) -> list[str]:
+    rows = query(database_url, "SELECT loaded_models FROM worker_heartbeats WHERE worker_id = %s", (worker.worker_id,))
+    return rows[0]["loaded_models"] if rows else []
+
+
+def two_warm_workers(database_url: str, **settings):
+    """W1 warm on A, W2 warm on B: W1 is kept busy on a long A job while the B job arrives."""
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True,
+                              heartbeat_seconds=0.2, gpu_model_slots=1, **settings)
+    for m in ("A", "B"):
+        model_registry.register(model_registry.ModelSpec(m, lambda m=m: {"model": m}))
+    w1, w2 = claim_worker.ClaimWorker("gpu"), claim_worker.ClaimWorker("gpu")
+    node_queue.enqueue_node_job("warm-a", "gpu", node_module="qw_gpu_nodes", required_model="A", inputs={"sleep": 1.0})
+    threads = [start(w1)]
+    wait_until(lambda: warm_on(database_url, w1) == ["A"], timeout=10, what="W1 warm on A")
+    threads.append(start(w2))
+    node_queue.enqueue_node_job("warm-b", "gpu", node_module="qw_gpu_nodes", required_model="B")
+    wait_until(lambda: warm_on(database_url, w2) == ["B"], timeout=10, what="W2 warm on B")
+    return w1, w2, threads
+
+
+def stop_all(workers, threads) -> None:
+    for w in workers:
+        w.request_stop()
+    for t in threads:
+        t.join(timeout=10)
+
+
+def test_a_mixed_backlog_goes_to_the_worker_that_holds_each_model(database_url, conn):
+    w1, w2, threads = two_warm_workers(database_url, gpu_second_copy_backlog=1000)
+    try:
+        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
+                   timeout=10, what="the warm-up jobs done")
+        with db.connect(url=database_url) as c, c.transaction():
+            for i in range(8):
+                for m in ("A", "B"):
+                    node_queue.enqueue_node_job(f"{m}{i}", "gpu", node_module="qw_gpu_nodes", required_model=m,
+                                                inputs={"sleep": 0.05}, conn=c)
+        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
+                   timeout=30, what="the mixed backlog done")
+    finally:
+        stop_all([w1, w2], threads)
+    by = {(r["required_model"], r["claimed_by"]) for r in conn.execute(
+        "SELECT required_model, claimed_by FROM workflow_node_jobs WHERE node_name NOT LIKE 'warm-%'")}
+    assert by == {("A", w1.worker_id), ("B", w2.worker_id)}, by
+    assert conn.execute("SELECT count(*) AS n FROM workflow_node_jobs WHERE model_hit = false").fetchone()["n"] == 2  # the warm-ups
+
+
+def test_a_long_enough_queue_earns_a_second_copy(database_url, conn):
+    w1, w2, threads = two_warm_workers(database_url, gpu_second_copy_backlog=3)
+    try:
+        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
+                   timeout=10, what="the warm-up jobs done")
+        with db.connect(url=database_url) as c, c.transaction():
+            for i in range(12):
+                node_queue.enqueue_node_job(f"A{i}", "gpu", node_module="qw_gpu_nodes", required_model="A", inputs={"sleep": 0.1}, conn=c)
+        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
+                   timeout=30, what="the A backlog done")
+    finally:
+        stop_all([w1, w2], threads)
+    takers = {r["claimed_by"] for r in conn.execute("SELECT claimed_by FROM workflow_node_jobs WHERE node_name LIKE 'A%'")}
+    assert takers == {w1.worker_id, w2.worker_id}  # 12 queued >= 3 per holder: W2 loaded A too

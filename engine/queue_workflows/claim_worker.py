@@ -189,7 +189,8 @@ class ClaimWorker:
 
     def _claim_statement(self) -> jobstore.Statement:
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
-        return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model)
+        loaded = self.gpu.loaded() if self.gpu is not None else ()
+        return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model, loaded_models=loaded)
 
     def _claim(self, conn: Any) -> dict[str, Any] | None:
         job = jobstore.fetch_one(conn, self._claim_statement())
@@ -217,6 +218,8 @@ class ClaimWorker:
         except ModelLoadError as exc:
             return Outcome("failed", error=str(exc)), None
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
+        if acquired is not None and not acquired.hit:
+            self.beat.models_changed()
         with self.gpu.run_with(acquired.model if acquired else None):
             return run_node_job(job), acquired
 

@@ -47,14 +47,18 @@ def claim_statement(
     claim_order: str,
     current_model: str | None = None,
     with_affinity: bool = False,
+    loaded_models: Sequence[str] = (),
+    second_copy_backlog: int = 2,
 ) -> Statement:
-    params = {
+    params: dict[str, Any] = {
         "queue": queue,
         "worker_id": claimant.worker_id,
         "lock_key": claimant.lock_key,
         "lease_seconds": lease_seconds,
         "current_model": current_model,
     }
+    if with_affinity:
+        params.update(loaded_models=list(loaded_models), second_copy_backlog=second_copy_backlog)
     return queries.claim_query(table, claim_order, with_affinity), params
 
 

@@ -8,7 +8,7 @@ connection so the row and its NOTIFY commit with the caller's own writes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -219,7 +219,9 @@ def table_for(queue: object) -> JobTable:
     return INGEST_TABLE
 
 
-def claim_statement(table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None) -> jobstore.Statement:
+def claim_statement(
+    table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None, loaded_models: Sequence[str] = ()
+) -> jobstore.Statement:
     """The claim for `queue` in `table` under this host's settings; gpu claims prefer jobs for `current_model`."""
     if table == NODE_TABLE:
         check_node_queue(queue)
@@ -233,7 +235,9 @@ def claim_statement(table: JobTable, queue: str, claimant: Claimant, *, current_
         lease_seconds=settings.lease_seconds,
         claim_order=settings.claim_order,
         current_model=current_model,
-        with_affinity=queue == "gpu",
+        with_affinity=queue == "gpu" and settings.gpu_routing == "affinity",
+        loaded_models=loaded_models,
+        second_copy_backlog=settings.gpu_second_copy_backlog,
     )
 
 

@@ -20,6 +20,8 @@ PRIORITY_ORDER = {
 }
 # Warm-model affinity: a job for the model this worker already holds sorts first.
 MODEL_AFFINITY = sql.SQL("(required_model IS NOT DISTINCT FROM %(current_model)s) DESC")
+# Then any other model it holds warm.
+WARM_AFFINITY = sql.SQL("coalesce(required_model = ANY(%(loaded_models)s::text[]), false) DESC")
 CREATED_ORDER = sql.SQL("id ASC")
 
 
@@ -59,8 +61,8 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     if claim_order not in PRIORITY_ORDER:
         raise ValueError(f"claim order must be one of {sorted(PRIORITY_ORDER)}, not {claim_order!r}")
     order = [PRIORITY_ORDER[claim_order]]
-    if with_affinity:
-        order.append(MODEL_AFFINITY)
+    if with_affinity:  # a gpu worker: warm models first, and models held elsewhere left there (claim_gpu_job)
+        order += [MODEL_AFFINITY, WARM_AFFINITY]
     order.append(CREATED_ORDER)
-    text = sql.SQL(raw("claim_job"))
+    text = sql.SQL(raw("claim_gpu_job" if with_affinity else "claim_job"))
     return text.format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order))

@@ -108,6 +108,11 @@ class LivenessBeat(threading.Thread):
         # No poke: the beat wakes every `check_seconds` anyway, and waking it per job cost a
         # third of a one-job worker's throughput on no-op jobs.
 
+    def models_changed(self) -> None:
+        """A gpu worker loaded or unloaded a model: publish its warm models now, for the others' routing."""
+        self._next_heartbeat = 0.0
+        self._poke()
+
     def job_advanced(self, job_id: int, budget_seconds: float = float("inf")) -> None:
         """The next row of the running batch starts: the watchdogs follow it; the lease stays the batch's."""
         with self._job_lock:
