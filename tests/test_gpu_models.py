@@ -196,27 +196,30 @@ def two_warm_workers(database_url: str, **settings):
     return w1, w2, threads
 
 
-def stop_all(workers, threads) -> None:
-    for w in workers:
-        w.request_stop()
-    for t in threads:
-        t.join(timeout=10)
+def all_done(database_url: str) -> bool:
+    return not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'")
+
+
+def run_backlog(database_url: str, jobs: list[tuple[str, float]], **settings):
+    """Two warm workers, then `jobs` (model, seconds) enqueued at once and run to the end."""
+    w1, w2, threads = two_warm_workers(database_url, **settings)
+    try:
+        wait_until(lambda: all_done(database_url), timeout=10, what="the warm-up jobs done")
+        with db.connect(url=database_url) as c, c.transaction():
+            for i, (model, seconds) in enumerate(jobs):
+                node_queue.enqueue_node_job(f"{model}{i}", "gpu", node_module="qw_gpu_nodes", required_model=model,
+                                            inputs={"sleep": seconds}, conn=c)
+        wait_until(lambda: all_done(database_url), timeout=30, what="the backlog done")
+    finally:
+        for w in (w1, w2):
+            w.request_stop()
+        for t in threads:
+            t.join(timeout=10)
+    return w1, w2
 
 
 def test_a_mixed_backlog_goes_to_the_worker_that_holds_each_model(database_url, conn):
-    w1, w2, threads = two_warm_workers(database_url, gpu_second_copy_backlog=1000)
-    try:
-        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
-                   timeout=10, what="the warm-up jobs done")
-        with db.connect(url=database_url) as c, c.transaction():
-            for i in range(8):
-                for m in ("A", "B"):
-                    node_queue.enqueue_node_job(f"{m}{i}", "gpu", node_module="qw_gpu_nodes", required_model=m,
-                                                inputs={"sleep": 0.05}, conn=c)
-        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
-                   timeout=30, what="the mixed backlog done")
-    finally:
-        stop_all([w1, w2], threads)
+    w1, w2 = run_backlog(database_url, [(m, 0.05) for _ in range(8) for m in ("A", "B")], gpu_second_copy_backlog=1000)
     by = {(r["required_model"], r["claimed_by"]) for r in conn.execute(
         "SELECT required_model, claimed_by FROM workflow_node_jobs WHERE node_name NOT LIKE 'warm-%'")}
     assert by == {("A", w1.worker_id), ("B", w2.worker_id)}, by
@@ -224,16 +227,6 @@ def test_a_mixed_backlog_goes_to_the_worker_that_holds_each_model(database_url, 
 
 
 def test_a_long_enough_queue_earns_a_second_copy(database_url, conn):
-    w1, w2, threads = two_warm_workers(database_url, gpu_second_copy_backlog=3)
-    try:
-        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
-                   timeout=10, what="the warm-up jobs done")
-        with db.connect(url=database_url) as c, c.transaction():
-            for i in range(12):
-                node_queue.enqueue_node_job(f"A{i}", "gpu", node_module="qw_gpu_nodes", required_model="A", inputs={"sleep": 0.1}, conn=c)
-        wait_until(lambda: not query(database_url, "SELECT 1 FROM workflow_node_jobs WHERE status <> 'completed'"),
-                   timeout=30, what="the A backlog done")
-    finally:
-        stop_all([w1, w2], threads)
+    w1, w2 = run_backlog(database_url, [("A", 0.1)] * 12, gpu_second_copy_backlog=3)
     takers = {r["claimed_by"] for r in conn.execute("SELECT claimed_by FROM workflow_node_jobs WHERE node_name LIKE 'A%'")}
     assert takers == {w1.worker_id, w2.worker_id}  # 12 queued >= 3 per holder: W2 loaded A too

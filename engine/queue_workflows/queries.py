@@ -61,8 +61,8 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     if claim_order not in PRIORITY_ORDER:
         raise ValueError(f"claim order must be one of {sorted(PRIORITY_ORDER)}, not {claim_order!r}")
     order = [PRIORITY_ORDER[claim_order]]
-    if with_affinity:  # a gpu worker: warm models first, and models held elsewhere left there (claim_gpu_job)
+    if with_affinity:  # a gpu worker: warm models first, and models held elsewhere left there (gpu_routing)
         order += [MODEL_AFFINITY, WARM_AFFINITY]
     order.append(CREATED_ORDER)
-    text = sql.SQL(raw("claim_gpu_job" if with_affinity else "claim_job"))
-    return text.format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order))
+    routing = sql.SQL(raw("gpu_routing")).format(table=sql.Identifier(table)) if with_affinity else sql.SQL("")
+    return sql.SQL(raw("claim_job")).format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)

@@ -49,6 +49,7 @@ SELECT %(run_id)s::bigint, %(node_name)s, %(node_module)s, %(queue)s, %(priority
 RETURNING *;
 
 -- name: claim_job
+-- {routing} is empty, or for a gpu worker the fixed `gpu_routing` filter below.
 UPDATE {table} AS j
    SET status = 'running',
        claimed_by = %(worker_id)s,
@@ -58,9 +59,9 @@ UPDATE {table} AS j
        started_at = now(),
        updated_at = now()
  WHERE j.id = (
-        SELECT id
-          FROM {table}
-         WHERE status = 'queued' AND queue = %(queue)s
+        SELECT c.id
+          FROM {table} AS c
+         WHERE c.status = 'queued' AND c.queue = %(queue)s {routing}
          ORDER BY {order_by}
            FOR UPDATE SKIP LOCKED
          LIMIT 1)
@@ -399,37 +400,21 @@ UPDATE {table}
        model_load_seconds = %(model_load_seconds)s, model_hit = %(model_hit)s, wall_seconds = %(wall_seconds)s
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running';
 
--- name: claim_gpu_job
--- claim_job for a gpu worker (docs/gpu.md, "Routing"): its own warm models first, and a job
--- for a model another live worker holds is left to that worker unless the model's queue is
--- long enough to be worth a second copy (gpu_second_copy_backlog per live holder).
-UPDATE {table} AS j
-   SET status = 'running',
-       claimed_by = %(worker_id)s,
-       claim_lock_key = %(lock_key)s,
-       attempts = j.attempts + 1,
-       lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-       started_at = now(),
-       updated_at = now()
- WHERE j.id = (
-        SELECT c.id
-          FROM {table} AS c
-         WHERE c.status = 'queued' AND c.queue = %(queue)s
-           AND (c.required_model IS NULL
-                OR c.required_model = ANY(%(loaded_models)s::text[])
-                OR NOT EXISTS (
-                    SELECT 1 FROM worker_heartbeats h
-                     WHERE h.queue = %(queue)s AND h.worker_id <> %(worker_id)s
-                       AND h.state IN ('idle', 'busy') AND NOT h.swapping
-                       AND h.loaded_models @> ARRAY[c.required_model]
-                       AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions))
-                OR (SELECT count(*) FROM {table} AS b
-                     WHERE b.status = 'queued' AND b.queue = %(queue)s AND b.required_model = c.required_model)
-                   >= %(second_copy_backlog)s * (
-                    SELECT count(*) FROM worker_heartbeats h
-                     WHERE h.queue = %(queue)s AND h.loaded_models @> ARRAY[c.required_model]
-                       AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)))
-         ORDER BY {order_by}
-           FOR UPDATE SKIP LOCKED
-         LIMIT 1)
-RETURNING j.*;
+-- name: gpu_routing
+-- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job for a model another live worker
+-- holds is left to that worker unless the model's queue is long enough to be worth a second
+-- copy (second_copy_backlog queued jobs per live holder).
+AND (c.required_model IS NULL
+     OR c.required_model = ANY(%(loaded_models)s::text[])
+     OR NOT EXISTS (
+         SELECT 1 FROM worker_heartbeats h
+          WHERE h.queue = %(queue)s AND h.worker_id <> %(worker_id)s
+            AND h.state IN ('idle', 'busy') AND NOT h.swapping
+            AND h.loaded_models @> ARRAY[c.required_model]
+            AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions))
+     OR (SELECT count(*) FROM {table} AS b
+          WHERE b.status = 'queued' AND b.queue = %(queue)s AND b.required_model = c.required_model)
+        >= %(second_copy_backlog)s * (
+         SELECT count(*) FROM worker_heartbeats h
+          WHERE h.queue = %(queue)s AND h.loaded_models @> ARRAY[c.required_model]
+            AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)))
