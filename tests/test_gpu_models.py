@@ -7,10 +7,13 @@ import logging
 import threading
 from pathlib import Path
 
+import psycopg
+import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import claim_worker, db, model_registry, node_queue
+from queue_workflows import claim_worker, db, jobstore, model_registry, node_queue
+from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.gpu.cache import ModelCache, ModelLoadError
 from queue_workflows.gpu.side import GpuSide
 
@@ -230,3 +233,64 @@ def test_a_long_enough_queue_earns_a_second_copy(database_url, conn):
     w1, w2 = run_backlog(database_url, [("A", 0.1)] * 12, gpu_second_copy_backlog=3)
     takers = {r["claimed_by"] for r in conn.execute("SELECT claimed_by FROM workflow_node_jobs WHERE node_name LIKE 'A%'")}
     assert takers == {w1.worker_id, w2.worker_id}  # 12 queued >= 3 per holder: W2 loaded A too
+
+
+# VRAM: a claim takes only what fits; a job nothing live can fit is flagged -------------------
+
+
+def gpu_claim(vram_available_gb, loaded=()):
+    statement = node_queue.claim_statement("workflow_node_jobs", "gpu", jobstore.Claimant("w-vram", 1),
+                                           loaded_models=loaded, vram_available_gb=vram_available_gb)
+    return jobstore.fetch_one(None, statement)
+
+
+def test_a_claim_takes_only_models_that_fit_the_free_vram(database_url, conn):
+    conn.execute("INSERT INTO gpu_models (model_id, est_vram_gb) VALUES ('big', 8), ('small', 2)")
+    big = node_queue.enqueue_node_job("b", "gpu", required_model="big")["id"]
+    small = node_queue.enqueue_node_job("s", "gpu", required_model="small")["id"]
+    assert gpu_claim(4)["id"] == small
+    assert gpu_claim(4) is None  # 8 GB does not fit in 4
+    assert gpu_claim(4, loaded=["big"])["id"] == big  # already loaded here: nothing more to fit
+    node_queue.enqueue_node_job("b2", "gpu", required_model="big")
+    assert gpu_claim(None)["required_model"] == "big"  # VRAM unknown (CPU fallback): no check
+
+
+def test_available_vram_counts_what_the_workers_own_models_would_give_back(database_url):
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True, gpu_free_vram_gb=10)
+    model_registry.register(model_registry.ModelSpec("six", dict, est_vram_gb=6))
+    side = GpuSide(queue_workflows.config.current().settings, probe=lambda: [])
+    side.start()
+    assert side.vram_available_gb() == 10
+    side.cache.acquire("six")
+    assert side.vram_available_gb() == 16
+    assert side.heartbeat_fields() == {"loaded_models": ["six"], "swapping": False, "vram_total_gb": 10, "vram_free_gb": 10}
+
+
+def live_gpu_worker(conn, database_url, name: str, key: int, total_gb: float):
+    """A heartbeat row for a gpu worker whose lock a connection of ours holds (so it counts as live)."""
+    holder = psycopg.connect(database_url, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock_shared(%s, %s)", (WORKER_LOCK_NAMESPACE, key))
+    conn.execute("INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, vram_total_gb) "
+                 "VALUES (%s, %s, 'gpu', 1, %s, %s)", (name, name, key, total_gb))
+    return holder
+
+
+def test_a_job_no_live_worker_can_fit_is_flagged_and_unflagged_when_one_appears(database_url, conn):
+    conn.execute("INSERT INTO gpu_models (model_id, est_vram_gb) VALUES ('huge', 80), ('fine', 10)")
+    huge = node_queue.enqueue_node_job("h", "gpu", required_model="huge")["id"]
+    node_queue.enqueue_node_job("f", "gpu", required_model="fine")
+    assert jobstore.flag_unassignable(conn) == []  # no live gpu worker reports VRAM yet: nothing decided
+    small = live_gpu_worker(conn, database_url, "box-24", 7101, 24)
+    try:
+        [flagged] = jobstore.flag_unassignable(conn)
+        assert flagged["id"] == huge
+        assert flagged["unassignable_reason"] == "model huge needs about 80 GB of VRAM; the largest live gpu worker has 24.0 GB"
+        assert jobstore.flag_unassignable(conn) == []  # unchanged: nothing rewritten
+        large = live_gpu_worker(conn, database_url, "box-96", 7102, 96)
+        try:
+            [cleared] = jobstore.flag_unassignable(conn)
+            assert (cleared["id"], cleared["unassignable_reason"]) == (huge, None)
+        finally:
+            large.close()
+    finally:
+        small.close()

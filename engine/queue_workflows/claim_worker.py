@@ -87,7 +87,7 @@ class ClaimWorker:
         self.meter = UsageMeter(vram=self.gpu is not None)
         self._usage: Usage | None = None
         if self.gpu is not None:
-            self.beat.models_fn = self._held_models
+            self.beat.gpu_fields = self.gpu.heartbeat_fields
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -98,6 +98,7 @@ class ClaimWorker:
             self.session.run(self._read_switch)
             if self.gpu is not None:
                 self.gpu.start()
+                self.session.run(self.gpu.publish_models)
             progress.bind(self.watch)
             self.beat.start()
             log.info("worker %s ready on queue %r (lock %s)", self.worker_id, self.queue, self.session.lock_key)
@@ -183,14 +184,13 @@ class ClaimWorker:
     def _may_claim(self) -> bool:
         return self._running() and not self.switch.parked and not self.throttle.active and (self.gpu is None or self.gpu.may_claim())
 
-    def _held_models(self) -> tuple[list[str], bool]:
-        assert self.gpu is not None
-        return self.gpu.loaded(), self.gpu.cache.swapping
 
     def _claim_statement(self) -> jobstore.Statement:
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
-        loaded = self.gpu.loaded() if self.gpu is not None else ()
-        return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model, loaded_models=loaded)
+        if self.gpu is None:
+            return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model)
+        return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model,
+                                          loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
 
     def _claim(self, conn: Any) -> dict[str, Any] | None:
         job = jobstore.fetch_one(conn, self._claim_statement())

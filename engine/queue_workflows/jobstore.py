@@ -48,6 +48,7 @@ def claim_statement(
     current_model: str | None = None,
     with_affinity: bool = False,
     loaded_models: Sequence[str] = (),
+    vram_available_gb: float | None = None,
     second_copy_backlog: int = 2,
 ) -> Statement:
     params: dict[str, Any] = {
@@ -58,7 +59,7 @@ def claim_statement(
         "current_model": current_model,
     }
     if with_affinity:
-        params.update(loaded_models=list(loaded_models), second_copy_backlog=second_copy_backlog)
+        params.update(loaded_models=list(loaded_models), vram_available_gb=vram_available_gb, second_copy_backlog=second_copy_backlog)
     return queries.claim_query(table, claim_order, with_affinity), params
 
 
@@ -124,6 +125,12 @@ def flag_dead_workers(conn: db.Conn, *, stale_after_seconds: float) -> list[Row]
     """Flag (once) workers whose heartbeat is stale while they still own a running job."""
     with db.transaction(conn) as c:
         return c.execute(queries.query("flag_dead_workers"), {"stale_after_seconds": stale_after_seconds}).fetchall()
+
+
+def flag_unassignable(conn: db.Conn) -> list[Row]:
+    """Set (or clear) the reason on queued gpu jobs no live gpu worker has the VRAM for; the rows changed."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(queries.query("flag_unassignable"), {}).fetchall()
 
 
 def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[str]:

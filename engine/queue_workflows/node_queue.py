@@ -220,7 +220,8 @@ def table_for(queue: object) -> JobTable:
 
 
 def claim_statement(
-    table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None, loaded_models: Sequence[str] = ()
+    table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None, loaded_models: Sequence[str] = (),
+    vram_available_gb: float | None = None,
 ) -> jobstore.Statement:
     """The claim for `queue` in `table` under this host's settings; gpu claims prefer jobs for `current_model`."""
     if table == NODE_TABLE:
@@ -237,6 +238,7 @@ def claim_statement(
         current_model=current_model,
         with_affinity=queue == "gpu" and settings.gpu_routing == "affinity",
         loaded_models=loaded_models,
+        vram_available_gb=vram_available_gb,
         second_copy_backlog=settings.gpu_second_copy_backlog,
     )
 

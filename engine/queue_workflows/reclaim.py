@@ -97,6 +97,11 @@ class ReclaimLoop:
                     row["worker_id"], row["host_label"], row["queue"], row["pid"], row["silent_seconds"],
                     row["job_id"], row["host_label"],
                 )
+            for row in jobstore.flag_unassignable(conn):
+                if row["unassignable_reason"]:
+                    log.error("UNASSIGNABLE: gpu job %s: %s", row["id"], row["unassignable_reason"])
+                else:
+                    log.info("gpu job %s (model %s) fits a live worker again", row["id"], row["required_model"])
             self._next_prune = self.now_fn() + self.heartbeat_stale_seconds / 3
 
     def _step(self, conn: db.Conn) -> float:

@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     gpu_idle_unload_seconds: float | None = Field(default=900.0, gt=0)  # unload a model unused this long
     gpu_cpu_fallback: bool = False  # run gpu jobs on a box with no visible GPU (tests, the demo)
     gpu_routing: Literal["affinity", "fifo"] = "affinity"  # fifo: plain priority order (a baseline)
+    gpu_free_vram_gb: float | None = Field(default=None, ge=0)  # overrides the measured free VRAM (routing)
     gpu_second_copy_backlog: int = Field(default=2, ge=1, le=10_000)  # queued jobs per holder before a second copy
     gpu_throttle_percent: float = Field(default=85.0, gt=0, le=100)
     gpu_resume_percent: float = Field(default=75.0, gt=0, le=100)

@@ -230,7 +230,7 @@ def job_table(detail: dict[str, Any]) -> Table:
     table = _table("field", "value")
     table.add_row("job", detail["ref"])
     for key in ("queue", "task_name", "node_name", "status", "attempts", "max_attempts", "watchdog_trips", "claimed_by",
-                "created_at", "started_at", "finished_at", "run_after", "dedup_key",
+                "created_at", "started_at", "finished_at", "run_after", "dedup_key", "unassignable_reason",
                 *USAGE_FIELDS, "args", "inputs", "result", "context_delta", "error"):
         if key in job and job[key] is not None:
             value = job[key]

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .. import queries
 from . import registry
 from .cache import Acquired, ModelCache, ModelLoadError, using
 
@@ -30,21 +31,59 @@ class GpuSide:
             idle_seconds=settings.gpu_idle_unload_seconds,
         )
         self.cpu_fallback = bool(settings.gpu_cpu_fallback)
+        self.free_override: float | None = settings.gpu_free_vram_gb
         self.probe = probe
         self.refusal: str | None = None
         self._unknown_warned: set[str] = set()
+        self._vram: tuple[float | None, float | None] = (None, None)  # (total, free) GB at the last look
 
     def start(self) -> None:
         """Register the built-in models, and decide whether this worker may claim at all."""
         registry.ensure_builtin_models()
+        samples = self.probe()
+        self._vram = self._measure(samples)
         if self.cpu_fallback:
             log.warning("QW_GPU_CPU_FALLBACK is set: gpu jobs run on this worker whether or not it has a GPU")
             return
-        if not self.probe():
+        if not samples:
             self.refusal = ("no GPU is visible to this worker (NVML, nvidia-smi, amdsmi, amd-smi and rocm-smi found none): "
                             "it will not claim gpu jobs. Give the container the device, or set QW_GPU_CPU_FALLBACK=1 "
                             "to run them on the CPU")
             log.error("%s", self.refusal)
+
+    def _measure(self, samples: list[Any]) -> tuple[float | None, float | None]:
+        """(total, free) VRAM in GB over this worker's GPUs; QW_GPU_FREE_VRAM_GB overrides what is free."""
+        totals = [g.memory_total_bytes for g in samples if getattr(g, "memory_total_bytes", None) is not None]
+        frees = [g.memory_free_bytes for g in samples if getattr(g, "memory_free_bytes", None) is not None]
+        total = sum(totals) / 2**30 if totals else None
+        free = sum(frees) / 2**30 if frees else None
+        if self.free_override is not None:
+            free = self.free_override
+            total = total if total is not None else self.free_override
+        return total, free
+
+    def vram_available_gb(self) -> float | None:
+        """What a new model may use: free VRAM plus what this worker's own models would give back. None: unknown."""
+        free = self._vram[1]
+        if free is None:
+            return None
+        held = 0.0
+        for model_id in self.cache.loaded():
+            est = registry.get(model_id).est_vram_gb
+            held += est or 0.0
+        return free + held
+
+    def heartbeat_fields(self) -> dict[str, Any]:
+        """For the heartbeat (the beat thread, every heartbeat): warm models, swapping, VRAM re-measured."""
+        self._vram = self._measure(self.probe())
+        total, free = self._vram
+        return {"loaded_models": self.loaded(), "swapping": self.cache.swapping,
+                "vram_total_gb": None if total is None else round(total, 3), "vram_free_gb": None if free is None else round(free, 3)}
+
+    def publish_models(self, conn: Any) -> None:
+        """Record each registered model's VRAM estimate, for routing and the unassignable check."""
+        for spec in registry.registered():
+            conn.execute(queries.query("upsert_gpu_model"), {"model_id": spec.id, "est_vram_gb": spec.est_vram_gb})
 
     def may_claim(self) -> bool:
         return self.refusal is None

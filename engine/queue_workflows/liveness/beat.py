@@ -14,6 +14,7 @@ import select
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -32,6 +33,7 @@ from .watchdogs import JobWatch, Trip
 
 log = logging.getLogger(__name__)
 
+NO_GPU_FIELDS = {"loaded_models": [], "swapping": False, "vram_total_gb": None, "vram_free_gb": None}
 REVOKED_CHANNEL = "qw_job_revoked"
 CONTROL_CHANNEL = "qw_worker_control"
 # Exits after which a gpu worker's device may be left in an error state.
@@ -91,8 +93,8 @@ class LivenessBeat(threading.Thread):
         self._conn: db.Conn | None = None
         self._halt = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
-        # A gpu worker's warm models and whether it is swapping, shown with each heartbeat.
-        self.models_fn: Callable[[], tuple[list[str], bool]] = lambda: ([], False)
+        # A gpu worker's warm models, whether it is swapping, and its VRAM, shown with each heartbeat.
+        self.gpu_fields: Callable[[], dict[str, Any]] = lambda: dict(NO_GPU_FIELDS)
 
     # -- called from the worker's main thread ----------------------------------------------
 
@@ -281,7 +283,7 @@ class LivenessBeat(threading.Thread):
             "state": self._reported_state(),
             "current_job_id": job.job_id if job else None,
         }
-        params["loaded_models"], params["swapping"] = self.models_fn()
+        params.update(self.gpu_fields())
         conn.execute(queries.query("upsert_heartbeat"), params)
 
     def _job_taken(self, job: CurrentJob, why: str) -> None:

@@ -165,12 +165,14 @@ SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
 SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
 
 -- name: upsert_heartbeat
-INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, loaded_models, swapping, last_seen)
+INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, loaded_models, swapping,
+                               vram_total_gb, vram_free_gb, last_seen)
 VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s,
-        %(loaded_models)s::text[], %(swapping)s, now())
+        %(loaded_models)s::text[], %(swapping)s, %(vram_total_gb)s, %(vram_free_gb)s, now())
 ON CONFLICT (worker_id) DO UPDATE
    SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id, loaded_models = EXCLUDED.loaded_models,
-       swapping = EXCLUDED.swapping, lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
+       swapping = EXCLUDED.swapping, vram_total_gb = EXCLUDED.vram_total_gb, vram_free_gb = EXCLUDED.vram_free_gb,
+       lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
 
 -- name: delete_heartbeat
 DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
@@ -401,9 +403,13 @@ UPDATE {table}
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running';
 
 -- name: gpu_routing
--- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job for a model another live worker
--- holds is left to that worker unless the model's queue is long enough to be worth a second
--- copy (second_copy_backlog queued jobs per live holder).
+-- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job for a model it does not hold must
+-- fit its VRAM (what is free plus what its own models would give back; NULL: unknown, no check),
+-- and a job for a model another live worker holds is left to that worker unless the model's
+-- queue is long enough to be worth a second copy (second_copy_backlog queued jobs per holder).
+AND (c.required_model IS NULL OR c.required_model = ANY(%(loaded_models)s::text[])
+     OR %(vram_available_gb)s::float IS NULL
+     OR coalesce((SELECT m.est_vram_gb FROM gpu_models m WHERE m.model_id = c.required_model), 0) <= %(vram_available_gb)s::float)
 AND (c.required_model IS NULL
      OR c.required_model = ANY(%(loaded_models)s::text[])
      OR NOT EXISTS (
@@ -418,3 +424,26 @@ AND (c.required_model IS NULL
          SELECT count(*) FROM worker_heartbeats h
           WHERE h.queue = %(queue)s AND h.loaded_models @> ARRAY[c.required_model]
             AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)))
+
+-- name: upsert_gpu_model
+INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_gb)s)
+ON CONFLICT (model_id) DO UPDATE SET est_vram_gb = EXCLUDED.est_vram_gb, updated_at = now();
+
+-- name: flag_unassignable
+-- Queued gpu jobs whose model needs more VRAM than the largest live gpu worker has get a reason;
+-- the reason goes when one that fits appears. Nothing is decided while no live worker reports VRAM.
+WITH largest AS (
+    SELECT max(h.vram_total_gb) AS gb FROM worker_heartbeats h
+     WHERE h.queue = 'gpu' AND h.vram_total_gb IS NOT NULL AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
+), verdict AS (
+    SELECT j.id,
+           CASE WHEN m.est_vram_gb > l.gb
+                THEN format('model %%s needs about %%s GB of VRAM; the largest live gpu worker has %%s GB', j.required_model, m.est_vram_gb, round(l.gb::numeric, 1))
+           END AS reason
+      FROM workflow_node_jobs j JOIN gpu_models m ON m.model_id = j.required_model CROSS JOIN largest l
+     WHERE j.queue = 'gpu' AND j.status = 'queued' AND l.gb IS NOT NULL
+)
+UPDATE workflow_node_jobs j SET unassignable_reason = v.reason
+  FROM verdict v
+ WHERE j.id = v.id AND j.unassignable_reason IS DISTINCT FROM v.reason
+RETURNING j.id, j.required_model, j.unassignable_reason;
