@@ -90,7 +90,8 @@ def test_prometheus_renders_host_gpu_stack_and_queue_figures():
         live_workers={("gpu-1", "gpu"): 2},
         warm_models={("gpu-1", "gpu", "llama"): 1},
     )
-    state.update(payload=payload, queues=figures, outcomes={("ingest", "fetch", "completed"): 7}, database_up=True)
+    state.update(payload=payload, queues=figures, outcomes={("ingest", "fetch", "completed"): 7}, database_up=True,
+                 costs={("node", "gpu", "cpu_seconds"): 12.5, ("node", "gpu", "model_loads"): 3.0})
     metrics = _scrape(state)
     value = {(s.name, tuple(sorted(s.labels.items()))): s.value for samples in metrics.values() for s in samples}
     assert value[("qw_host_cpu_percent", (("host", "gpu-1"),))] == 42.12
@@ -103,6 +104,8 @@ def test_prometheus_renders_host_gpu_stack_and_queue_figures():
     assert value[("qw_warm_model_workers", (("host", "gpu-1"), ("model", "llama"), ("queue", "gpu")))] == 1
     assert value[("qw_jobs_finished_total", (("family", "ingest"), ("outcome", "completed"), ("queue", "fetch")))] == 7
     assert value[("qw_hw_metrics_database_up", (("host", "gpu-1"),))] == 1
+    assert value[("qw_job_cpu_seconds_total", (("family", "node"), ("queue", "gpu")))] == 12.5
+    assert value[("qw_job_model_loads_total", (("family", "node"), ("queue", "gpu")))] == 3
     assert value[("process_resident_memory_bytes", ())] > 0  # the sidecar's own process, where /proc allows
 
     state.update(database_up=False, queues=QueueFigures(live_workers={}))  # an outage: queue gauges go, counters stay

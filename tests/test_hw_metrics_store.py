@@ -97,11 +97,16 @@ def test_outcome_counters_count_each_finished_job_once_from_start(database_url, 
     counter = store.OutcomeCounter(lag_seconds=0.0)
     counter.advance(conn)  # starts the window: the job finished before is not counted
     jobs = [node_queue.enqueue_ingest_job("noop", q)["id"] for q in ("fetch", "fetch", "load")]
-    conn.execute("UPDATE ingest_jobs SET status = 'completed', finished_at = now() WHERE id = ANY(%s)", (jobs[:2],))
+    conn.execute("UPDATE ingest_jobs SET status = 'completed', finished_at = now(), cpu_seconds = 1.5, wall_seconds = 2, "
+                 "model_hit = false, model_load_seconds = 0.25 WHERE id = ANY(%s)", (jobs[:2],))
     conn.execute("UPDATE ingest_jobs SET status = 'failed', finished_at = now() WHERE id = %s", (jobs[2],))
     counter.advance(conn)
     counter.advance(conn)  # nothing new: nothing added
     assert counter.totals == {("ingest", "fetch", "completed"): 2, ("ingest", "load", "failed"): 1}
+    # What they cost, summed per queue (a job that recorded nothing adds nothing).
+    fetch = {cost: v for (family, queue, cost), v in counter.costs.items() if (family, queue) == ("ingest", "fetch")}
+    assert fetch == {"cpu_seconds": 3.0, "wall_seconds": 4.0, "model_loads": 2.0, "model_load_seconds": 0.5}
+    assert counter.costs[("ingest", "load", "cpu_seconds")] == 0.0
 
 
 def test_the_sidecar_reads_queue_figures_on_their_own_cadence_and_at_once_after_an_outage(database_url, tmp_path):

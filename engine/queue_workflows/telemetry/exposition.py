@@ -18,6 +18,13 @@ from .state import MetricsState
 from .store import QueueFigures
 
 DEPTH_STATUSES = ("queued", "running", "scheduled")
+# What finished jobs cost (queue_workflows.usage), summed since this sidecar started.
+COST_METRICS = {
+    "cpu_seconds": "CPU seconds the finished jobs' processes spent on them",
+    "wall_seconds": "Wall-clock seconds of the finished jobs",
+    "model_loads": "Finished gpu jobs that had to load their model (a cold start)",
+    "model_load_seconds": "Seconds finished gpu jobs spent loading their model",
+}
 
 
 class SidecarCollector(Collector):
@@ -27,7 +34,7 @@ class SidecarCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.state
         with s.lock:
-            payload, queues, outcomes = s.payload, s.queues, dict(s.outcomes)
+            payload, queues, outcomes, costs = s.payload, s.queues, dict(s.outcomes), dict(s.costs)
             up, failures = s.database_up, s.publish_failures
             known_queues, known_workers = set(s.known_queues), set(s.known_workers)
         host = s.host_label
@@ -41,6 +48,9 @@ class SidecarCollector(Collector):
             "qw_jobs_finished", "Jobs that reached a final state since this sidecar started, by outcome",
             ["family", "queue", "outcome"], [(list(k), n) for k, n in sorted(outcomes.items())],
         )
+        for cost, doc in COST_METRICS.items():
+            yield _counter(f"qw_job_{cost}", doc, ["family", "queue"],
+                           [([family, queue], v) for (family, queue, c), v in sorted(costs.items()) if c == cost])
 
 
 def _gauge(name: str, doc: str, labels: list[str], samples: list[tuple[list[str], float | None]]) -> GaugeMetricFamily:

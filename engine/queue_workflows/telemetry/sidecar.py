@@ -99,7 +99,7 @@ class Sidecar:
         if queues is None:
             self.state.update(database_up=True)
         else:
-            self.state.update(queues=queues, outcomes=dict(self.outcomes.totals), database_up=True)
+            self.state.update(queues=queues, outcomes=dict(self.outcomes.totals), costs=dict(self.outcomes.costs), database_up=True)
         return True
 
     def _queue_figures(self, conn: db.Conn) -> store.QueueFigures | None:

@@ -18,6 +18,7 @@ class MetricsState:
     payload: dict[str, Any] | None = None
     queues: QueueFigures | None = None
     outcomes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    costs: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (family, queue, cost): what finished jobs cost
     database_up: bool = False
     publish_failures: int = 0
     known_queues: set[tuple[str, str]] = field(default_factory=set)  # (family, queue): shown as 0 once seen

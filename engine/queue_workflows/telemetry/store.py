@@ -101,6 +101,9 @@ def loaded_models(row: Any) -> list[str]:
     return sorted(set(models))
 
 
+COSTS = ("cpu_seconds", "wall_seconds", "model_loads", "model_load_seconds")
+
+
 class OutcomeCounter:
     """Counts jobs finishing from now on, by (family, queue, outcome), from a moving window of finished_at.
 
@@ -111,6 +114,7 @@ class OutcomeCounter:
     def __init__(self, lag_seconds: float = OUTCOME_LAG_SECONDS) -> None:
         self.lag_seconds = lag_seconds
         self.totals: dict[tuple[str, str, str], int] = {}
+        self.costs: dict[tuple[str, str, str], float] = {}  # (family, queue, cost) -> running sum
         self._since: float | None = None
 
     def advance(self, conn: db.Conn) -> None:
@@ -122,10 +126,14 @@ class OutcomeCounter:
         if until <= self._since:
             return
         counted: list[tuple[tuple[str, str, str], int]] = []
+        spent: list[tuple[tuple[str, str, str], float]] = []
         with conn.transaction():
             for family, table in FAMILIES:
                 for r in conn.execute(q("metrics_finished_between", table), {"since": self._since, "until": until}):
                     counted.append(((family, r["queue"], r["status"]), r["n"]))
+                    spent.extend(((family, r["queue"], cost), float(r[cost])) for cost in COSTS)
         for key, n in counted:  # only once every table was read: a failure mid-way counts nothing twice
             self.totals[key] = self.totals.get(key, 0) + n
+        for cost_key, amount in spent:
+            self.costs[cost_key] = self.costs.get(cost_key, 0.0) + amount
         self._since = until
