@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             db.close_pools()
             common.drop_database(server_url, url)
     common.print_table(["mix", "routing", "makespan s", "model loads", "vs lower bound", "note"], rows)
-    print("   A model too big for one worker (the third mix of the issue) needs VRAM-aware routing, not built yet.")
+    print("   The lower bound assumes each model loaded once; a hot model worth several copies cannot reach it.")
+    print("   A model too big for any worker is not a mix here: it never runs, and the leader flags its jobs")
+    print("   unassignable (tests/test_gpu_models.py).")
     return 0
 
 
