@@ -4,10 +4,11 @@ running gpu jobs with their model loaded once, its hits, loads and costs recorde
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from pathlib import Path
 
-import psycopg
 import psycopg
 import pytest
 
@@ -130,6 +131,34 @@ def test_a_box_without_a_gpu_refuses_unless_told_to_fall_back(database_url, capl
     fallback = GpuSide(queue_workflows.config.current().settings, probe=lambda: [])
     fallback.start()
     assert fallback.may_claim()
+
+
+def _tool(bin_dir: Path, name: str, script: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + script + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_the_worker_decides_from_the_vendor_tools_on_path(database_url, tmp_path, monkeypatch, caplog):
+    from queue_workflows.telemetry import amd, nvidia
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(nvidia, "load_pynvml", lambda: None)
+    monkeypatch.setattr(amd, "load_amdsmi", lambda: None)
+    for tool in ("amd-smi", "rocm-smi"):
+        _tool(bin_dir, tool, "exit 9")
+    _tool(bin_dir, "nvidia-smi", "echo 'No devices were found'; exit 6")
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=False)
+    blind = GpuSide(queue_workflows.config.current().settings)
+    with caplog.at_level(logging.ERROR):
+        blind.start()
+    assert not blind.may_claim() and "no GPU is visible" in caplog.text
+    _tool(bin_dir, "nvidia-smi", "echo '0, NVIDIA RTX A6000, GPU-aaa, 41, 1024, 49152, 63, 120.5'")
+    seen = GpuSide(queue_workflows.config.current().settings)
+    seen.start()
+    assert seen.may_claim() and seen.vram_available_gb() == pytest.approx(47.0)
 
 
 def test_a_gpu_worker_loads_a_model_once_and_records_hits_and_costs(database_url, conn):
