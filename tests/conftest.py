@@ -23,14 +23,13 @@ from queue_workflows.dag import hooks as dag_hooks
 from queue_workflows.gpu import registry as model_registry
 
 import qw_test_app
-from procs import PrivatePostgres, Procs
+from procs import TEST_INGEST_QUEUES, PrivatePostgres, Procs
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "app_migrations"
 APP_VERSION_TABLE = "test_app_schema_version"
-TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
 TRUNCATE = "TRUNCATE ingest_jobs, workflow_node_jobs, workflow_runs, worker_heartbeats, worker_controls, job_events, schedule_slots, qw_orchestrators, host_metrics, gpu_models, test_executions RESTART IDENTITY CASCADE"
 DOCKER_IMAGE = os.environ.get("QW_TEST_PG_IMAGE", "postgres:16-alpine")
 

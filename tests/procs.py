@@ -14,6 +14,9 @@ from typing import TypeVar
 from queue_workflows import testing
 
 T = TypeVar("T")
+# The ingest queues the test configuration names (here, not in conftest: a test importing
+# `conftest` by name would get whichever conftest.py pytest loaded last, e.g. tests/e2e's).
+TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
 TESTS_DIR = Path(__file__).resolve().parent
 
 

@@ -20,7 +20,7 @@ import queue_workflows
 from queue_workflows import config, db, node_queue, tasks, testing
 from queue_workflows.errors import ConfigError
 
-from conftest import TEST_INGEST_QUEUES
+from procs import TEST_INGEST_QUEUES
 
 SCHEMA_CHANGES = [
     "DROP TABLE ingest_jobs",

@@ -228,7 +228,7 @@ def test_a_run_too_big_to_draw_keeps_its_table(client: TestClient, database_url:
 
 
 def test_the_password_comes_from_the_settings_and_logout_ends_the_session(database_url: str) -> None:
-    from conftest import TEST_INGEST_QUEUES
+    from procs import TEST_INGEST_QUEUES
 
     queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, dashboard_password="from-settings")
     with TestClient(create_app()) as c:
@@ -244,7 +244,7 @@ def test_the_password_comes_from_the_settings_and_logout_ends_the_session(databa
 
 
 def test_a_database_that_does_not_answer_is_a_503_page_not_a_traceback(database_url: str) -> None:
-    from conftest import TEST_INGEST_QUEUES
+    from procs import TEST_INGEST_QUEUES
     from dashboard_helpers import free_port
 
     queue_workflows.configure(database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=2", ingest_queues=TEST_INGEST_QUEUES)

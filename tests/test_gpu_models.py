@@ -18,7 +18,7 @@ from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.gpu.cache import ModelCache, ModelLoadError
 from queue_workflows.gpu.side import GpuSide
 
-from conftest import TEST_INGEST_QUEUES
+from procs import TEST_INGEST_QUEUES
 from procs import Procs, query, service_env, wait_for_log, wait_until
 
 

@@ -14,7 +14,7 @@ from queue_workflows import ConfigError, retention
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
 
-from conftest import TEST_INGEST_QUEUES
+from procs import TEST_INGEST_QUEUES
 from procs import Procs, query, service_env, wait_until
 
 N = "qw_dag_nodes"
