@@ -21,7 +21,7 @@ import psycopg
 from . import app_loader, config, db, exits, jobstore, node_queue, progress, queries
 from .backoff import retry_delay
 from .executor import Outcome, run_ingest_job, run_node_job
-from .gpu.cache import Acquired, ModelLoadError
+from .gpu.cache import Acquired, ModelLoadError, using
 from .gpu.side import GpuSide
 from .control import WorkerSwitch
 from .control.api import control_for
@@ -220,7 +220,7 @@ class ClaimWorker:
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
         if acquired is not None and not acquired.hit:
             self.beat.models_changed()
-        with self.gpu.run_with(acquired.model if acquired else None):
+        with using(acquired.model if acquired else None):
             return run_node_job(job), acquired
 
     def _store_outcome(

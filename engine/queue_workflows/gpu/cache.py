@@ -171,8 +171,7 @@ class ModelCache:
             return [m for m, s in self._loaded.items() if now - s.last_used >= self.idle_seconds]
 
     def unload_idle(self) -> list[str]:
-        gone = [m for m in self.idle_models() if self.unload(m, why=f"idle for {self.idle_seconds:g}s")]
-        return gone
+        return [m for m in self.idle_models() if self.unload(m, why=f"idle for {self.idle_seconds:g}s")]
 
     def clear(self) -> None:
         for model_id in list(self._loaded):

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import queries
 from . import registry
-from .cache import Acquired, ModelCache, ModelLoadError, using
+from .cache import Acquired, ModelCache, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,6 @@ class GpuSide:
                 log.warning("%s; its jobs run without a loaded model (model_registry.current() is None)", exc)
             return None
         return self.cache.acquire(model_id)
-
-    run_with = staticmethod(using)
 
     def loaded(self) -> list[str]:
         return self.cache.loaded()
