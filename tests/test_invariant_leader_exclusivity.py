@@ -128,7 +128,8 @@ def test_the_guard_joins_the_callers_transaction(database_url: str, campaigns) -
 
 
 def leader_pid(url: str) -> int | None:
-    rows = query(url, "SELECT pid FROM qw_orchestrators WHERE role = 'leader'")
+    """The orchestrator leading the current term (a deposed leader's row may still say 'leader' until it beats again)."""
+    rows = query(url, "SELECT o.pid FROM qw_orchestrators o JOIN qw_leadership l ON o.epoch = l.epoch WHERE o.role = 'leader'")
     return rows[0]["pid"] if len(rows) == 1 else None
 
 
