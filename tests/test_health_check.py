@@ -41,6 +41,21 @@ def test_a_worker_row_that_started_before_the_process_is_not_its_own(database_ur
     assert result.returncode == 1 and "no worker_heartbeats row" in result.stderr, result.stderr
 
 
+def test_of_two_replicas_sharing_a_pid_the_one_started_nearest_the_process_is_its_own(database_url, procs):
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(database_url, [worker])
+    # Another container's replica has the same pid and host label and started 20 s earlier.
+    query(database_url, """
+        INSERT INTO worker_heartbeats
+        SELECT (jsonb_populate_record(w, jsonb_build_object('worker_id', w.worker_id || '-replica',
+                                                            'started_at', w.started_at - interval '20 seconds'))).*
+          FROM worker_heartbeats w WHERE pid = %s""", (worker.pid,))
+    assert len(query(database_url, "SELECT 1 FROM worker_heartbeats WHERE pid = %s", (worker.pid,))) == 2
+    ok = _health(database_url, "worker", "--queue", "fetch")
+    assert ok.returncode == 0, ok.stderr
+    assert f":fetch:{worker.pid}:" in ok.stdout and "-replica" not in ok.stdout, ok.stdout
+
+
 def test_no_worker_process_is_unhealthy(database_url):
     result = _health(database_url, "worker")
     assert result.returncode == 1 and "no claim-worker process" in result.stderr

@@ -61,8 +61,10 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
     if not local:
         raise Unhealthy("no claim-worker process runs here")
     rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
-    # Replicas on one host can share a pid: ours started no earlier than our process did.
-    mine = [r for r in rows if r["started_epoch"] >= local[r["pid"]] - START_SLACK_SECONDS]
+    # Replicas on one host can share a pid: ours started no earlier than our process did, and
+    # of those, nearest to it (a replica scaled up seconds later has the same pid).
+    mine = sorted((r for r in rows if r["started_epoch"] >= local[r["pid"]] - START_SLACK_SECONDS),
+                  key=lambda r: abs(r["started_epoch"] - local[r["pid"]]))
     if not mine:
         where = f"host {settings.host_label!r}" + (f", queue {queue!r}" if queue else "")
         raise Unhealthy(f"no worker_heartbeats row for this worker ({where}, pids {sorted(local)}): not registered yet, or removed")
