@@ -23,7 +23,7 @@ SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
 EVERY_HOST = {"hw-metrics"}
-HEAD = {"postgres", "orchestrator", "scheduler", "demo"}
+HEAD = {"postgres", "orchestrator", "scheduler", "dashboard", "demo"}
 CPU = {"cpu-worker", "ingest-worker", "ingest-worker-2"}
 
 
@@ -111,7 +111,7 @@ def test_only_hw_metrics_gets_the_docker_socket_and_read_only():
 
 def test_workers_connect_as_the_worker_role_and_the_orchestrator_as_the_owner():
     services = _load(COMPOSE)["services"]
-    for name in CPU | {"scheduler", "hw-metrics", *GPU_SERVICES.values()}:
+    for name in CPU | {"scheduler", "hw-metrics", "dashboard", *GPU_SERVICES.values()}:
         assert services[name]["environment"]["QW_DATABASE_URL"].startswith("postgresql://qw_worker@"), name
         assert services[name]["secrets"][0]["source"] == "worker_db_password", name
     assert services["orchestrator"]["secrets"][0]["source"] == "postgres_password"
@@ -135,6 +135,17 @@ def test_compose_config_renders_for_each_role(env, tmp_path):
     assert all(svc["environment"]["QW_HOST_LABEL"] == values["QW_HOST_LABEL"] for n, svc in rendered.items() if n != "postgres")
     if "head" not in profiles:
         assert "postgres" not in rendered and all("depends_on" not in svc for svc in rendered.values())
+
+
+def test_the_dashboard_is_on_the_head_on_loopback_with_its_password_as_a_secret():
+    dashboard = _load(COMPOSE)["services"]["dashboard"]
+    assert dashboard["profiles"] == ["head"]
+    assert [port.split(":-", 1)[1].startswith("127.0.0.1:") for port in dashboard["ports"]] == [True]
+    assert {"source": "dashboard_password", "target": "qw_dashboard_password"} in dashboard["secrets"]
+    assert dashboard["depends_on"]["orchestrator"]["condition"] == "service_healthy"
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    stage = dockerfile.split("FROM runtime AS dashboard", 1)[1].split("\nFROM ", 1)[0]
+    assert "venv-dashboard" in stage and "/healthz" in stage and "USER 10001" in stage
 
 
 def test_dockerfiles_pass_hadolint():
