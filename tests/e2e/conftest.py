@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -45,6 +46,12 @@ def _engine_problem() -> str | None:
     return None
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Stack:
     """One compose project of the real stack, and helpers to drive it."""
 
@@ -58,8 +65,10 @@ class Stack:
             COMPOSE_FILE="compose.yaml:deploy/compose.head.yaml",
             QW_HOST_LABEL="e2e",
             QW_SECRETS_DIR=str(secrets),
-            QW_DB_PUBLISH="127.0.0.1:",
+            # A fixed port, as an operator's 5432 is: a restarted container keeps it.
+            QW_DB_PUBLISH=f"127.0.0.1:{_free_port()}",
             QW_METRICS_PUBLISH="127.0.0.1:",
+            QW_DASHBOARD_PUBLISH="127.0.0.1:",
             QW_DOCKER_GID=docker_gid[2] if len(docker_gid) > 2 else "0",
             QW_IMAGE_TAG=os.environ.get("QW_IMAGE_TAG", "latest"),
             QW_SHUTDOWN_GRACE_SECONDS="5",
@@ -102,7 +111,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         subprocess.run([str(ROOT / "docker" / "build-images.sh")], cwd=ROOT, check=True, timeout=1800)
         print(f"\nimages built in {time.monotonic() - started:.1f}s")
     secrets = tmp_path_factory.mktemp("secrets")
-    for name in ("postgres_password", "worker_db_password"):
+    for name in ("postgres_password", "worker_db_password", "dashboard_password"):
         (secrets / name).write_text(uuid.uuid4().hex + "\n")
         (secrets / name).chmod(0o644)
     running = Stack(secrets)
