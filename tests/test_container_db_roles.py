@@ -70,6 +70,15 @@ def test_the_worker_role_cannot_change_the_schema(worker_url, statement):
             conn.execute(statement)
 
 
+def test_the_worker_role_acts_on_runs_as_the_dashboard_does(worker_url):
+    queue_workflows.configure(database_url=worker_url, ingest_queues=TEST_INGEST_QUEUES)
+    run_id = queue_workflows.start_run(queue_workflows.Workflow("ops").node("ask", input=True), {})
+    queue_workflows.submit_input(run_id, "ask", {"ok": True}, requested_by="dashboard:ops")
+    queue_workflows.cancel_run(run_id, requested_by="dashboard:ops")
+    assert [(a["action"], a["requested_by"]) for a in queue_workflows.run_actions(run_id)] == [
+        ("input", "dashboard:ops"), ("cancel", "dashboard:ops")]
+
+
 def test_the_worker_role_cannot_create_tables(worker_url):
     with psycopg.connect(worker_url, autocommit=True) as conn:
         if conn.info.server_version < 150000:

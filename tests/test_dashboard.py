@@ -162,6 +162,12 @@ def test_run_page_draws_the_dag_and_cancel_restart_input_work(client: TestClient
     assert query(database_url, "SELECT status FROM workflow_runs WHERE id = %s", (run_id,))[0]["status"] == "running"
     assert rows(database_url, run_id)["ask"]["status"] == "awaiting_input"
     assert client.get("/runs/abc").status_code == 400 and client.get("/runs/424242").status_code == 404
+    # Every action is on the run's trail with who and when, and the run page lists them.
+    trail = query(database_url, "SELECT action, requested_by, at FROM workflow_run_actions WHERE run_id = %s ORDER BY id", (run_id,))
+    assert [a["action"] for a in trail] == ["input", "cancel", "restart"]
+    assert all(a["requested_by"].startswith("dashboard:alice@") and a["at"] is not None for a in trail), trail
+    page = client.get(f"/runs/{run_id}").text
+    assert 'id="run-actions"' in page and page.count("dashboard:alice@") >= 3
 
 
 def test_jobs_search_and_one_jobs_story(client: TestClient, database_url: str) -> None:

@@ -28,6 +28,7 @@ from .schedule import ScheduleEntry, set_ingest_schedule
 from .tasks import register_ingest_task
 from .dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
 from .dag.store import run_status, start_run
+from .dag.audit import run_actions
 from .dag.control import cancel_run, restart_run
 from .dag.inputs import submit_input
 from .dag.validate import WorkflowValidationError
@@ -41,6 +42,7 @@ __all__ = [
     "run_status",
     "cancel_run",
     "restart_run",
+    "run_actions",
     "submit_input",
     "set_invoke_context",
     "set_node_module_package",

@@ -17,7 +17,8 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from queue_workflows import InvalidNameError, InvalidPayloadError, admin, cancel_run, node_queue, restart_run, run_status, submit_input, worker_control
+from queue_workflows import (InvalidNameError, InvalidPayloadError, admin, cancel_run, node_queue, restart_run, run_actions, run_status, submit_input,
+                             worker_control)
 from queue_workflows.dag import InputNotAwaitedError, RunStateError
 from queue_workflows.errors import UnknownQueueError
 
@@ -103,23 +104,27 @@ def _run(args: argparse.Namespace, host_label: str) -> int:
             status = run_status(args.run_id)
         except LookupError as exc:
             raise admin.JobNotFoundError(str(exc)) from None
+        actions = run_actions(args.run_id)
         if args.json:
-            return _dump(status)
+            return _dump({**status, "actions": actions})
         print(f"run {status['id']} ({status['workflow_name']}): {status['status']}" + (f" - {status['error']}" if status["error"] else ""))
         print_table(nodes_table(status["nodes"]))
+        if actions:
+            print_table(actions_table(actions))
         return 0
     if args.command == "cancel" and args.ref.startswith("run:"):
-        return _run_action(lambda: cancel_run(_run_id(args.ref), reason=args.reason, hard=args.hard), args.json, "cancelled")
+        return _run_action(lambda: cancel_run(_run_id(args.ref), reason=args.reason, hard=args.hard, requested_by=_operator()), args.json, "cancelled")
     if args.command == "cancel":
         return _one(admin.cancel_job(args.ref, reason=args.reason), args.json, "cancelled")
     if args.command == "restart":
-        return _run_action(lambda: restart_run(args.run_id), args.json, "restarted")
+        return _run_action(lambda: restart_run(args.run_id, requested_by=_operator()), args.json, "restarted")
     if args.command == "input":
         try:
             value = json.loads(args.value)
         except ValueError as exc:
             raise InvalidPayloadError(f"--value is not JSON: {exc}") from None
-        return _run_action(lambda: {"run_id": args.run_id, "submission": submit_input(args.run_id, args.node, value)}, args.json, "input submitted")
+        return _run_action(lambda: {"run_id": args.run_id, "submission": submit_input(args.run_id, args.node, value, requested_by=_operator())},
+                           args.json, "input submitted")
     if args.command == "retry":
         return _one(admin.retry_job(args.ref), args.json, "queued again")
     return _switch(args, host_label)
@@ -129,7 +134,7 @@ def _switch(args: argparse.Namespace, host_label: str) -> int:
     if args.queue not in node_queue.NODE_QUEUES:
         node_queue.check_ingest_queue(args.queue)
     host = args.host or host_label
-    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    who = _operator()
     if not any(w["host_label"] == host for w in admin.worker_list()):
         print(f"warning: no worker on host {host!r} has a heartbeat row; is the host label right? (the switch is kept for when it starts)",
               file=sys.stderr)
@@ -149,6 +154,11 @@ def _run_id(ref: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 2**63:
         raise InvalidNameError(f"run reference {ref[:40]!r} is invalid: use run:ID")
     return int(text)
+
+
+def _operator() -> str:
+    """Who an action from this shell is recorded as (`requested_by`)."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def _run_action(action: Any, as_json: bool, what: str) -> int:
@@ -263,3 +273,9 @@ def nodes_table(nodes: dict[str, dict[str, Any]]) -> Table:
         table.add_row(name, n["status"], str(n["attempts"]), n["queue"] or "-", f"node:{n['job_id']}" if n["job_id"] else "-", (detail or [""])[0][:80])
     return table
 
+
+def actions_table(actions: list[dict[str, Any]]) -> Table:
+    table = _table("at", "action", "node", "by", "detail")
+    for a in actions:
+        table.add_row(_when(a["at"]), a["action"], a["node_name"] or "-", a["requested_by"] or "-", (a["detail"] or "")[:80])
+    return table

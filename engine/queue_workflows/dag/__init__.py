@@ -8,11 +8,13 @@
 Modules: `definition` (builder and data form), `validate`, `refs`, `dispatcher` (pure DAG walk),
 `hooks` (host-injected resolvers), `store` (start_run/run_status/apply a dispatch step),
 `execute` (worker-side invoke), `outbox` (the orchestrator's drain), `control` (cancel, restart,
-reconcile), `inputs` (input steps) and `keeper` (the orchestrator's input listener and reconcile sweep).
+reconcile), `inputs` (input steps), `audit` (who cancelled, restarted or answered a run) and
+`keeper` (the orchestrator's input listener and reconcile sweep).
 """
 
 from __future__ import annotations
 
+from .audit import run_actions
 from .control import RunStateError, cancel_run, cancelled, reconcile_runs, restart_run, run_cancelled
 from .definition import Node, Workflow
 from .hooks import (
@@ -32,6 +34,7 @@ __all__ = [
     "cancelled",
     "reconcile_runs",
     "restart_run",
+    "run_actions",
     "run_cancelled",
     "submit_input",
     "Workflow",

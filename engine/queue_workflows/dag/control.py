@@ -31,7 +31,7 @@ from psycopg.rows import dict_row
 from .. import db
 from ..errors import QueueWorkflowsError
 from ..payloads import check_text
-from . import store
+from . import audit, store
 from .definition import Workflow
 
 log = logging.getLogger(__name__)
@@ -62,20 +62,24 @@ def write_cursor(conn: db.Conn | None) -> Iterator[Any]:
             yield cur
 
 
-def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, conn: db.Conn | None = None) -> dict[str, Any]:
+def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, requested_by: str | None = None,
+               conn: db.Conn | None = None) -> dict[str, Any]:
     """Cancel a running run. Returns {'run_id', 'cancelled': [node names], 'running': [node names left to finish]}.
 
     With `conn`, it joins the caller's transaction. RunStateError when the run does not exist
-    or has already ended (completed, failed or cancelled).
+    or has already ended (completed, failed or cancelled). `requested_by` goes in the run's
+    audit trail (`run_actions`).
     """
     if reason is not None:
         check_text(reason, what="reason", max_chars=200)
+    audit.check_requested_by(requested_by)
     note = f"cancelled by the operator: {reason}" if reason else "cancelled by the operator"
     with write_cursor(conn) as cur:
         run = _locked_run(cur, run_id)
         if run["status"] in store.TERMINAL_RUN:
             raise RunStateError(f"run {run_id} is {run['status']}: only a running run can be cancelled")
         cur.execute(store.q("dag_cancel_run"), {"run_id": run_id, "reason": note})
+        audit.record(cur, run_id, "cancel", requested_by=requested_by, detail=("hard: " if hard else "") + (reason or ""))
         done = cur.execute(store.q("dag_cancel_open_nodes"), {"run_id": run_id, "reason": note, "hard": bool(hard)}).fetchall()
         running = cur.execute(
             "SELECT node_name FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status = 'running' ORDER BY id", {"run_id": run_id}
@@ -83,13 +87,14 @@ def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, co
     return {"run_id": run_id, "cancelled": [r["node_name"] for r in done], "running": [r["node_name"] for r in running]}
 
 
-def restart_run(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
+def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn | None = None) -> dict[str, Any]:
     """Put a failed or cancelled run back to running. Returns {'run_id', 'reset': [names], 'enqueued': [names]}.
 
     Only failed/cancelled nodes are reset (fresh attempts) and never-run ready nodes enqueued;
     completed and skipped nodes keep their rows and outputs. RunStateError for a run that is
-    missing, still running, or completed.
+    missing, still running, or completed. `requested_by` goes in the run's audit trail.
     """
+    audit.check_requested_by(requested_by)
     with write_cursor(conn) as cur:
         run = _locked_run(cur, run_id)
         if run["status"] not in ("failed", "cancelled"):
@@ -99,6 +104,7 @@ def restart_run(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
         input_steps = [n.id for n in wf.nodes if n.is_input]
         reset = cur.execute(store.q("dag_reset_nodes"), {"run_id": run_id, "input_steps": input_steps}).fetchall()
         step = store.advance_run(cur.connection, run_id)
+        audit.record(cur, run_id, "restart", requested_by=requested_by, detail=f"was {run['status']}")
     return {"run_id": run_id, "reset": [r["node_name"] for r in reset], "enqueued": list(step.enqueue) if step else []}
 
 

@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 from .. import config, db
 from ..errors import InvalidPayloadError, QueueWorkflowsError
 from ..payloads import json_object
-from . import store
+from . import audit, store
 from .control import write_cursor
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,15 @@ class InputNotAwaitedError(QueueWorkflowsError, LookupError):
     """The run or node does not exist, or the node is not awaiting input."""
 
 
-def submit_input(run_id: int, node_name: str, value: Any, *, conn: db.Conn | None = None) -> int:
+def submit_input(run_id: int, node_name: str, value: Any, *, requested_by: str | None = None, conn: db.Conn | None = None) -> int:
     """Record `value` (a JSON object) as the answer to input step `node_name` of run `run_id`; returns the submission id.
 
     Refused, writing nothing: InvalidPayloadError for a value that is not a JSON object (or too
     big), InputNotAwaitedError for a missing run or node, a run that is not running, or a node
     that is not awaiting input (its status is named). The listener resumes the node moments later.
+    `requested_by` goes in the run's audit trail with the submission id.
     """
+    audit.check_requested_by(requested_by)
     if isinstance(run_id, bool) or not isinstance(run_id, int):
         raise InvalidPayloadError(f"run id must be an integer, not {run_id!r}")
     if not isinstance(node_name, str) or not node_name:
@@ -54,6 +56,7 @@ def submit_input(run_id: int, node_name: str, value: Any, *, conn: db.Conn | Non
         run = cur.execute(store.q("dag_get_run"), {"run_id": run_id}).fetchone()
         _check_awaited(cur, run, run_id, node_name)
         row = cur.execute(store.q("dag_insert_submission"), {"run_id": run_id, "node_name": node_name, "value": payload}).fetchone()
+        audit.record(cur, run_id, "input", requested_by=requested_by, detail=f"submission {row['id']}", node_name=node_name)
     return int(row["id"])
 
 

@@ -51,12 +51,12 @@ def cancel(run_id: int, form: Mapping[str, Any], actor: str) -> str:
     hard = form.get("hard") in ("1", "on", "true")
     reason = _reason(form)
     note = f"{actor}: {reason}" if reason else actor
-    cancel_run(run_id, reason=note[:REASON_MAX], hard=hard)
+    cancel_run(run_id, reason=note[:REASON_MAX], hard=hard, requested_by=actor)
     return f"run {run_id} cancelled{' (running nodes stopped)' if hard else ''}"
 
 
 def restart(run_id: int, actor: str) -> str:
-    restart_run(run_id)
+    restart_run(run_id, requested_by=actor)
     return f"run {run_id} restarted by {actor}"
 
 
@@ -70,5 +70,5 @@ def give_input(run_id: int, form: Mapping[str, Any], actor: str) -> str:
         raise InvalidPayloadError(f"the value is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"the value must be a JSON object, like {{\"approved\": true}}, not a {type(value).__name__}")
-    submission = submit_input(run_id, node, value)
+    submission = submit_input(run_id, node, value, requested_by=actor)
     return f"input for {node!r} of run {run_id} recorded (submission {submission}, by {actor})"

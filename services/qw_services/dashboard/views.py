@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.templating import Jinja2Templates
 
-from queue_workflows import admin, db, run_status
+from queue_workflows import admin, db, run_actions, run_status
 from queue_workflows.hw_metrics import latest as latest_host_metrics
 from queue_workflows.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
@@ -72,7 +72,7 @@ def run_context(run_id: int) -> dict[str, Any] | None:
     status = run_status(run_id)
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
     return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
-            "box": {"w": graph.BOX_W, "h": graph.BOX_H}}
+            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id)}
 
 
 def runs_context(status: str | None) -> dict[str, Any]:

@@ -1,0 +1,47 @@
+"""The run audit trail: who cancelled, restarted or answered a run, and when.
+
+`cancel_run`, `restart_run` and `submit_input` take `requested_by` and append a row of
+`workflow_run_actions` (migration 0025) in the same transaction as the change itself, so an
+action that is refused or rolled back leaves no trace and one that lands always has its row.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from psycopg.rows import dict_row
+
+from .. import db
+from ..payloads import check_text
+from ..queries import parse_named_queries
+
+Action = Literal["cancel", "restart", "input"]
+REQUESTED_BY_MAX = 200
+
+__all__ = ["Action", "check_requested_by", "record", "run_actions"]
+
+
+@cache
+def _queries() -> dict[str, str]:
+    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("run_actions.sql").read_text())
+
+
+def check_requested_by(requested_by: str | None) -> None:
+    """Refuse, before anything is written, a `requested_by` that is not short plain text."""
+    if requested_by is not None:
+        check_text(requested_by, what="requested_by", max_chars=REQUESTED_BY_MAX)
+
+
+def record(cur: Any, run_id: int, action: Action, *, requested_by: str | None, detail: str | None = None,
+           node_name: str | None = None) -> None:
+    """Append one action to the run's trail, inside the caller's transaction."""
+    cur.execute(_queries()["record_run_action"],
+                {"run_id": run_id, "action": action, "node_name": node_name, "requested_by": requested_by, "detail": detail})
+
+
+def run_actions(run_id: int, *, conn: db.Conn | None = None) -> list[dict[str, Any]]:
+    """The run's actions, oldest first: action, node_name, requested_by, detail, at."""
+    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(_queries()["run_actions"], {"run_id": run_id}).fetchall())

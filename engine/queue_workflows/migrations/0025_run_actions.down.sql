@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS workflow_run_actions;
