@@ -150,8 +150,13 @@ def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_
         # The orchestrator resumes the step and enqueues the next node: the open page redraws itself.
         page.locator('svg.dag g[data-node="ask"][data-status="completed"]').wait_for(timeout=15_000)
         page.locator('svg.dag g[data-node="publish"][data-status="queued"]').wait_for(timeout=15_000)
+        # The run's audit trail names who gave the input.
+        page.locator("#run-actions tr", has_text="dashboard:").first.wait_for(timeout=15_000)
         figures["screenshot_run_live"] = str(_shot(page, "run-dag-after-input"))
         page.goto(base + "/runs")
+        # The list is live too: a run started while the page is open appears without a reload.
+        second = queue_workflows.start_run(approval(), {})
+        page.locator(f'#runs-live a[href="/runs/{second}"]').wait_for(timeout=15_000)
         figures["screenshot_runs"] = str(_shot(page, "runs"))
         page.goto(base + "/jobs")
         figures["screenshot_jobs"] = str(_shot(page, "jobs"))

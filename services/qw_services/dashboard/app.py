@@ -93,7 +93,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
             context = await read(lambda: views.runs_context(status))
         except QueueWorkflowsError as exc:
             return message(request, str(exc), 400)
-        return page(request, "runs.html", context)
+        return page(request, "_runs_table.html" if request.url.path.endswith("/live") else "runs.html", context)
 
     def _run_id(request: Request) -> int:
         raw = request.path_params["run_id"]
@@ -184,6 +184,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
     routes = [
         Route("/", index),
         Route("/runs", runs),
+        Route("/runs/live", runs),
         Route("/runs/{run_id}", run),
         Route("/runs/{run_id}/live", run),
         Route("/jobs", jobs),

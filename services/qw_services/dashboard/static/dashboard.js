@@ -8,7 +8,8 @@
   }
   var hostsEl = document.getElementById("hosts");
   var runEl = document.getElementById("run-live");
-  if (!hostsEl && !runEl) return;
+  var runsEl = document.getElementById("runs-live");
+  if (!hostsEl && !runEl && !runsEl) return;
 
   var HISTORY = 240;
   var hosts = {};
@@ -125,17 +126,28 @@
     });
   });
 
-  if (runEl) {
+  // Re-read a server-rendered fragment at most every 0.5 s, however fast the events come.
+  function refresher(el, url) {
     var busy = false, again = false;
-    var reload = function () {
+    return function reload() {
       if (busy) { again = true; return; }
       busy = true;
-      fetch("/runs/" + runEl.dataset.run + "/live").then(function (r) { return r.ok ? r.text() : null; }).then(function (html) {
-        if (html != null) runEl.innerHTML = html;
+      fetch(url()).then(function (r) { return r.ok ? r.text() : null; }).then(function (html) {
+        if (html != null) el.innerHTML = html;
       }).finally(function () {
         setTimeout(function () { busy = false; if (again) { again = false; reload(); } }, 500);
       });
     };
-    es.addEventListener("run", function (e) { if (e.data.trim() === runEl.dataset.run) reload(); });
+  }
+
+  if (runEl) {
+    var reloadRun = refresher(runEl, function () { return "/runs/" + runEl.dataset.run + "/live"; });
+    es.addEventListener("run", function (e) { if (e.data.trim() === runEl.dataset.run) reloadRun(); });
+  }
+  if (runsEl) {
+    // A run moves (its outbox) or starts (its roots are queued: the queues panel is re-read).
+    var reloadRuns = refresher(runsEl, function () { return "/runs/live?status=" + encodeURIComponent(runsEl.dataset.status); });
+    es.addEventListener("run", reloadRuns);
+    es.addEventListener("queues", reloadRuns);
   }
 })();
