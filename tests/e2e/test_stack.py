@@ -1,7 +1,7 @@
 """The real stack, end to end: work from the host completes, a killed worker's job finishes on
-another, OFF parks a worker, hw_metrics arrives with the stack's containers, the dashboard
-serves the cluster, a Postgres restart under load loses no job, and `down -v` leaves nothing
-behind."""
+another, OFF parks a worker, the CUDA gpu-worker image runs the demo's gpu node (CPU fallback),
+hw_metrics arrives with the stack's containers, the dashboard serves the cluster, a Postgres
+restart under load loses no job, and `down -v` leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -121,6 +121,25 @@ def test_off_from_inside_a_container_parks_the_worker(stack):
     stack.compose("exec", "-T", "cpu-worker", "queue-worker-control", "--queue", "cpu", "--on")
     wait_until(lambda: _rows(url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (job,))[0]["status"] == "completed",
                timeout=60, what="the job once ON")
+
+
+def test_the_cuda_gpu_worker_image_runs_the_demo_gpu_node_in_cpu_fallback(stack):
+    # From here on the project includes the gpu worker, so later tests and `down -v` see it too.
+    stack.env["COMPOSE_PROFILES"] += ",gpu-nvidia"
+    stack.env["COMPOSE_FILE"] += ":tests/e2e/compose.gpu-cpu-fallback.yaml"
+    stack.compose("up", "-d", "gpu-worker-cuda")
+    owner = stack.url()
+    # The demo's workflows wait on their `embed` node (model demo-embed) until a gpu worker comes.
+    embeds = wait_until(
+        lambda: (rows := _rows_or_none(owner, "SELECT status, claimed_by, model_hit, model_load_seconds FROM workflow_node_jobs"
+                                             " WHERE node_name = 'embed'")) and all(r["status"] == "completed" for r in rows) and rows,
+        timeout=180, interval=1, what="the demo's gpu nodes on the CUDA image")
+    assert all(":gpu:" in r["claimed_by"] and r["claimed_by"].startswith("e2e:") for r in embeds), embeds
+    assert sum(1 for r in embeds if r["model_hit"] is False) == 1, embeds  # loaded once, then warm
+    runs = _rows(owner, "SELECT status, count(*) AS n FROM workflow_runs GROUP BY status")
+    assert [r["status"] for r in runs] == ["completed"], runs
+    wait_until(lambda: stack.states()["gpu-worker-cuda"] == [("running", "healthy")], timeout=120, interval=2,
+               what="the gpu worker's HEALTHCHECK")
 
 
 def test_hw_metrics_notifies_the_host(stack):
