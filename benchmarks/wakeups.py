@@ -7,7 +7,11 @@ transaction, each waited for until claimed. Two schemes, same run:
 
 - table channel (before migration 0020): every worker of the table LISTENs on
   `ingest_job_ready` and checks the payload, so every enqueue wakes all 80 processes;
-- queue channel (now): workers LISTEN on `qw_ready_<queue>`; only q0's W wake.
+- queue channel: workers LISTEN on `qw_ready_<queue>`; only q0's W wake, and all of them claim;
+- queue channel + idle baton (now, `queue_workflows.idle_baton`): of q0's idle workers only the
+  holder of the queue's baton (the real advisory lock, on its connection) acts on a NOTIFY; when
+  it claims it hands the lock to the next in line (a FIFO here, Postgres's lock queue in a real
+  worker), which wakes for the lock and claims once to catch up. The rest stay asleep.
 
 Reported per job: processes woken, futile claims (woken, claimed nothing), and enqueue -> claim
 p50 on the database clock.
@@ -54,20 +58,46 @@ def listeners(url: str, scheme: str, on_q0: int) -> list[Listener]:
 
 def run(url: str, scheme: str, on_q0: int, jobs: int) -> tuple[float, float, float]:
     from queue_workflows import jobstore, node_queue
+    from queue_workflows.idle_baton import BATON_NAMESPACE
 
     pool = listeners(url, scheme, on_q0)
+    baton = ("SELECT pg_try_advisory_lock(%s, hashtext('q0')) AS ok", "SELECT pg_advisory_unlock(%s, hashtext('q0'))")
+    line = [ls for ls in pool if ls.queue == "q0"] if scheme.endswith("baton") else []
+    if line:
+        assert line[0].conn.execute(baton[0], (BATON_NAMESPACE,)).fetchone()["ok"]
+
+    def claim(ls: Listener) -> int | None:
+        row = ls.conn.execute(*node_queue.claim_statement("ingest_jobs", ls.queue, jobstore.Claimant(ls.worker_id, 0))).fetchone()
+        ls.claims.append(row is not None)
+        return row["id"] if row is not None else None
+
+    def pass_baton(holder: Listener) -> None:
+        """The holder claimed: it hands the lock on and goes to the back; the next one catches up."""
+        holder.conn.execute(baton[1], (BATON_NAMESPACE,))
+        line.append(line.pop(0))
+        nxt = line[0]
+        assert nxt.conn.execute(baton[0], (BATON_NAMESPACE,)).fetchone()["ok"]
+        nxt.woken += 1
+        list(nxt.conn.notifies(timeout=0))  # what came while it waited in line
+        claimed = claim(nxt)
+        if claimed is not None:
+            claimed_ids.append(claimed)
+            pass_baton(nxt)
 
     def wake(ls: Listener) -> int | None:
         """Read `ls`'s notifications; if one is for its queue, claim as a worker would. The id claimed, if any."""
         notes = list(ls.conn.notifies(timeout=0))
-        if not notes:
-            return None
+        if not notes or (line and ls in line and ls is not line[0]):
+            return None  # nothing, or asleep in line on the baton's lock
         ls.woken += 1
         if not any(n.payload == ls.queue for n in notes):
             return None  # woken for another queue: a process woke for nothing
-        row = ls.conn.execute(*node_queue.claim_statement("ingest_jobs", ls.queue, jobstore.Claimant(ls.worker_id, 0))).fetchone()
-        ls.claims.append(row is not None)
-        return row["id"] if row is not None else None
+        claimed = claim(ls)
+        if claimed is not None and line:
+            claimed_ids.append(claimed)
+            pass_baton(ls)
+            return -1
+        return claimed
 
     by_fd = {ls.conn.fileno(): ls for ls in pool}
     claimed_ids: list[int] = []
@@ -84,7 +114,8 @@ def run(url: str, scheme: str, on_q0: int, jobs: int) -> tuple[float, float, flo
                         claimed = wake(by_fd[fd])
                         if claimed is not None:
                             taken = True
-                            claimed_ids.append(claimed)
+                            if claimed > 0:
+                                claimed_ids.append(claimed)
                 # Every wake-up this job caused, and the claim each woken q0 worker would try.
                 for ls in pool:
                     ls.conn.execute("SELECT 1")  # delivers whatever the backend holds for it
@@ -117,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         register_ingest_task("noop", lambda reason: {})
         try:
             for on_q0 in counts:
-                for scheme in ("table channel", "queue channel"):
+                for scheme in ("table channel", "queue channel", "queue channel + idle baton"):
                     with psycopg.connect(url, autocommit=True) as conn:
                         conn.execute("TRUNCATE ingest_jobs RESTART IDENTITY")
                     woken, futile, p50 = run(url, scheme, on_q0, jobs)
                     rows.append([on_q0, scheme, f"{woken:.1f}", f"{futile:.1f}", f"{p50:.2f}"])
-                    print(f"   {on_q0:>2} on q0, {scheme}: {woken:.1f} woken/job, {futile:.1f} futile claims/job, p50 {p50:.2f} ms", flush=True)
+                    print(f"   {on_q0:>2} on q0, {scheme:>26}: {woken:.1f} woken/job, {futile:.1f} futile claims/job, p50 {p50:.2f} ms", flush=True)
         finally:
             from queue_workflows import db
 

@@ -23,6 +23,7 @@ from .backoff import retry_delay
 from .executor import Outcome, run_ingest_job, run_node_job
 from .gpu.cache import Acquired, ModelLoadError, using
 from .gpu.side import GpuSide
+from .idle_baton import IdleBaton
 from .control import WorkerSwitch
 from .control.api import control_for
 from .control.device import check_device_if_pending
@@ -60,6 +61,7 @@ class ClaimWorker:
         self.worker_id = f"{self.settings.host_label}:{queue}:{os.getpid()}:{secrets.token_hex(3)}"
         self.max_jobs = max_jobs if max_jobs is not None else self.settings.worker_max_jobs
         self.jobs_done = 0
+        self.empty_claims = 0  # idle claims that found nothing: what the idle baton keeps down
         self.current_model: str | None = None
         self.stop_event = threading.Event()
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
@@ -84,6 +86,8 @@ class ClaimWorker:
         self._job: dict[str, Any] | None = None
         self._grace_timer: threading.Timer | None = None
         self.gpu = GpuSide(self.settings) if queue == "gpu" else None
+        # A gpu worker picks jobs by the models it holds, so every idle one must see every job.
+        self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 0.25)) if self.gpu is None and self.settings.idle_baton else None
         self.meter = UsageMeter(vram=self.gpu is not None)
         self._usage: Usage | None = None
         if self.gpu is not None:
@@ -106,13 +110,34 @@ class ClaimWorker:
                 self.drain()
                 if not self._running():
                     break
-                if not self.session.wait(self.settings.poll_seconds, self.queue, wake=self.switch.changed) and self.gpu is not None:
-                    self.gpu.idle()  # a quiet poll: unload models unused for QW_GPU_IDLE_UNLOAD_SECONDS
+                self._idle()
         except SessionClosed:
             pass
         finally:
             self._shutdown()
         return exits.EXIT_OK
+
+    def _idle(self) -> None:
+        """Wait for work: for the queue's NOTIFY (or a poll's timeout), or in line for its idle baton."""
+        baton = self.baton
+        if baton is not None and self._may_claim():
+            if not self.session.run(baton.held_on):
+                self._wait_in_line(baton)  # then drain(): the new holder's catch-up, or a poll
+                return
+        elif baton is not None:
+            self.session.run(baton.release)  # parked, throttled or stopping: let another worker listen
+        if not self.session.wait(self.settings.poll_seconds, self.queue, wake=self.switch.changed) and self.gpu is not None:
+            self.gpu.idle()  # a quiet poll: unload models unused for QW_GPU_IDLE_UNLOAD_SECONDS
+
+    def _wait_in_line(self, baton: IdleBaton) -> None:
+        """Queue for the baton for up to a poll interval, in short waits so a stop or a switch is heard."""
+        deadline = time.monotonic() + self.settings.poll_seconds
+        while self._may_claim() and time.monotonic() < deadline:
+            if self.switch.changed.is_set():
+                self.switch.changed.clear()
+                return
+            if self.session.run(baton.take):
+                return
 
     def _read_switch(self, conn: Any) -> None:
         row = control_for(self.settings.host_label, self.queue, conn)
@@ -154,7 +179,7 @@ class ClaimWorker:
         if self.beat.is_alive():
             self.beat.stop()
         self.session.close()
-        log.info("worker %s stopped after %d job(s)", self.worker_id, self.jobs_done)
+        log.info("worker %s stopped after %d job(s) and %d empty claim(s)", self.worker_id, self.jobs_done, self.empty_claims)
 
     # -- claim and run ---------------------------------------------------------------------
 
@@ -162,7 +187,8 @@ class ClaimWorker:
         """Claim and run jobs until the queue is empty (or we are told to stop).
 
         Each job's outcome commits in the same transaction as the next claim: one commit per job.
-        When that claim finds nothing, one more claim first promotes the queue's due delayed jobs.
+        When that claim finds nothing, one more claim first promotes the queue's due delayed jobs
+        (with an idle baton, the worker goes in line instead, and the holder does that).
         """
         ran = 0
         job = self.session.run(self._claim) if self._may_claim() else None
@@ -174,8 +200,8 @@ class ClaimWorker:
             ran += 1
             marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))
             self._report(current, outcome, marked, retry_in, elapsed)
-            if job is None and self._may_claim():
-                job = self.session.run(self._claim)
+            if job is None and self.baton is None and self._may_claim():
+                job = self.session.run(self._claim)  # with a baton, its holder promotes and claims instead
         return ran
 
     def _running(self) -> bool:
@@ -196,6 +222,10 @@ class ClaimWorker:
         job = jobstore.fetch_one(conn, self._claim_statement())
         if job is None and jobstore.promote_due(conn, self.table, self.queue):
             job = jobstore.fetch_one(conn, self._claim_statement())
+        if job is None:
+            self.empty_claims += 1
+        elif self.baton is not None:
+            self.baton.release(conn)  # busy now: the next idle worker in line listens
         return job
 
     def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:

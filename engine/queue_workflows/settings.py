@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     lease_renew_seconds: float = Field(default=10.0, gt=0)
     heartbeat_seconds: float = Field(default=10.0, gt=0)
     poll_seconds: float = Field(default=1.0, gt=0)
+    idle_baton: bool = Field(default=True, description="one idle cpu/ingest worker per queue acts on NOTIFY, the others wait in line (idle_baton.py)")
     reclaim_interval_seconds: float = Field(default=0.25, gt=0, le=5)
     orphan_confirm_seconds: float = Field(default=0.15, gt=0, le=5)
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)

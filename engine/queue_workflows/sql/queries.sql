@@ -164,6 +164,18 @@ SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
 -- Shared, so the worker's two connections can both hold it; keys come from a sequence.
 SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
 
+-- name: set_local_lock_timeout
+-- For the rest of the caller's transaction only.
+SELECT set_config('lock_timeout', %(timeout)s, true);
+
+-- name: take_idle_baton
+-- A queue's idle baton: of its idle workers only the holder is woken by NOTIFY and claims; the
+-- others wait here, in line, at most the lock_timeout the caller's transaction set.
+SELECT pg_advisory_lock(%(baton_namespace)s::integer, hashtext(%(queue)s));
+
+-- name: release_idle_baton
+SELECT pg_advisory_unlock(%(baton_namespace)s::integer, hashtext(%(queue)s)) AS released;
+
 -- name: upsert_heartbeat
 INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, loaded_models, swapping,
                                vram_total_gb, vram_free_gb, last_seen)

@@ -1,0 +1,66 @@
+"""The idle baton: one idle worker per queue listens; the rest wait in line behind a lock.
+
+Without it every idle worker of a queue wakes on each enqueue and all but one claim nothing, so
+futile claims per job grow with the workers. With it, of a queue's idle workers only the holder
+of a session advisory lock (namespace `BATON_NAMESPACE`, key `hashtext(queue)`) acts on NOTIFY;
+the others block on that lock. The holder hands the baton on the moment it claims a job, and the
+next in line (woken by the lock, not by a NOTIFY) drains once before it listens: at most one
+futile claim per job, however many workers. A worker waits in line at most `poll_seconds` at a
+time and then polls as before, so a stalled holder delays work by a poll, never stops it. A dead
+holder's connection ends and with it the lock.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from . import db, queries
+
+BATON_NAMESPACE = 0x5158  # beside the worker sessions' 0x5157 (jobstore.WORKER_LOCK_NAMESPACE)
+
+__all__ = ["BATON_NAMESPACE", "IdleBaton"]
+
+
+class IdleBaton:
+    """One worker's place in its queue's line; `held` is true only on the connection that took it."""
+
+    def __init__(self, queue: str, *, wait_seconds: float) -> None:
+        self.queue = queue
+        self.wait_seconds = wait_seconds
+        self._holder: db.Conn | None = None
+
+    @property
+    def params(self) -> dict[str, object]:
+        return {"baton_namespace": BATON_NAMESPACE, "queue": self.queue}
+
+    def held_on(self, conn: db.Conn) -> bool:
+        """Held, and on this very connection (a reconnect drops a session lock with its session)."""
+        return self._holder is conn and not conn.closed
+
+    def take(self, conn: db.Conn) -> bool:
+        """Wait in line up to `wait_seconds`; True once this worker holds the baton."""
+        if self.held_on(conn):
+            return True
+        try:
+            with conn.transaction():
+                conn.execute(queries.query("set_local_lock_timeout"), {"timeout": f"{max(1, int(self.wait_seconds * 1000))}ms"})
+                conn.execute(queries.query("take_idle_baton"), self.params)
+        except psycopg.errors.LockNotAvailable:
+            discard_backlog(conn)  # not ours to act on; and psycopg would keep them all
+            return False
+        self._holder = conn
+        discard_backlog(conn)  # what arrived while in line was for the previous holder
+        return True
+
+    def release(self, conn: db.Conn) -> None:
+        """Hand the baton to the next in line (no-op unless held on `conn`)."""
+        if self.held_on(conn):
+            self._holder = None
+            conn.execute(queries.query("release_idle_baton"), self.params)
+        elif self._holder is not None and self._holder.closed:
+            self._holder = None
+
+
+def discard_backlog(conn: db.Conn) -> int:
+    """Drop the notifications psycopg kept while nobody was listening; how many."""
+    return sum(1 for _ in conn.notifies(timeout=0))

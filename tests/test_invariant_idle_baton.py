@@ -1,0 +1,119 @@
+"""Futile claims per job stay bounded as workers per queue grow (the idle baton), and the baton
+never stops work: a killed holder hands it on through its closed session, a stalled one costs at
+most a poll. Real worker processes on one queue; empty claims counted by each worker itself."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+import qw_test_app
+from queue_workflows import node_queue
+from queue_workflows.idle_baton import BATON_NAMESPACE
+from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
+from queue_workflows.tasks import register_ingest_task
+
+from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
+
+pytestmark = pytest.mark.multiprocess
+WORKERS = 6
+JOBS = 15
+LINE = "SELECT granted, pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+# The holder's worker process: its session connection also holds the worker's own lock (0x5157).
+HOLDER = """
+SELECT h.pid FROM pg_locks b
+  JOIN pg_locks w ON w.pid = b.pid AND w.locktype = 'advisory' AND w.classid = %s AND w.granted
+  JOIN worker_heartbeats h ON h.lock_key = w.objid::integer
+ WHERE b.locktype = 'advisory' AND b.classid = %s AND b.granted"""
+
+
+def _line(url: str) -> tuple[list[int], int]:
+    """The baton holder's backend pid(s) and how many wait in line."""
+    rows = query(url, LINE, (BATON_NAMESPACE,))
+    return [r["pid"] for r in rows if r["granted"]], sum(1 for r in rows if not r["granted"])
+
+
+def _holder(url: str, workers: list):
+    [row] = query(url, HOLDER, (WORKER_LOCK_NAMESPACE, BATON_NAMESPACE))
+    return next(w for w in workers if w.pid == row["pid"])
+
+
+def _one_at_a_time(url: str, jobs: int) -> None:
+    """Each job enqueued once the one before completed, so every enqueue finds the workers idle."""
+    for i in range(jobs):
+        job = node_queue.enqueue_ingest_job("record", "fetch", {"token": f"j{i}"})["id"]
+        wait_until(lambda: query(url, "SELECT status FROM ingest_jobs WHERE id = %s", (job,))[0]["status"] == "completed",
+                   timeout=20, interval=0.01, what=f"job {i}")
+
+
+def _empty_claims(procs: Procs, workers: list) -> int:
+    total = 0
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+        assert wait_exit(worker, 20, procs) == 0
+        said = re.search(r"stopped after \d+ job\(s\) and (\d+) empty claim", worker.log_path.read_text())
+        assert said, worker.log_path.read_text()[-2000:]
+        total += int(said.group(1))
+    return total
+
+
+def _run(database_url: str, procs: Procs, *, baton: bool) -> int:
+    register_ingest_task("record", qw_test_app.record)
+    # A long poll, so every claim counted was caused by a NOTIFY or the baton, not by the clock.
+    env = service_env(database_url, QW_POLL_SECONDS="30", QW_IDLE_BATON="1" if baton else "0")
+    workers = [procs.worker(env, "fetch") for _ in range(WORKERS)]
+    wait_workers_ready(database_url, workers)
+    if baton:
+        wait_until(lambda: (lambda held, waiting: len(held) == 1 and waiting == WORKERS - 1)(*_line(database_url)),
+                   timeout=20, what="one holder and the rest in line")
+    else:
+        time.sleep(0.5)  # nothing to poll for: the workers' start-up claims settle
+    _one_at_a_time(database_url, JOBS)
+    return _empty_claims(procs, workers)
+
+
+def test_futile_claims_per_job_stay_bounded_with_many_idle_workers(database_url, procs: Procs):
+    with_baton = _run(database_url, procs, baton=True)
+    # At most two start-up claims per worker, then at most one per job: the catch-up claim of
+    # the next in line as it takes the baton. Without it, every idle worker claims for every job.
+    assert with_baton <= JOBS + 2 * WORKERS, with_baton
+    without = _run(database_url, procs, baton=False)
+    print(f"\nempty claims for {JOBS} jobs, {WORKERS} idle workers: {with_baton} with the baton, {without} without")
+    assert without >= JOBS * (WORKERS - 1) // 2 > with_baton, (without, with_baton)
+
+
+def test_a_killed_holder_hands_the_baton_on_at_once(database_url, procs: Procs):
+    register_ingest_task("record", qw_test_app.record)
+    env = service_env(database_url, QW_POLL_SECONDS="30")
+    workers = [procs.worker(env, "fetch") for _ in range(3)]
+    wait_workers_ready(database_url, workers)
+    held = wait_until(lambda: (h := _line(database_url))[0] and h[1] == 2 and h[0], timeout=20, what="a holder and two in line")
+    holder_backend = held[0]
+    holder = _holder(database_url, workers)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    # The next in line takes it when the dead session ends, long before a 30 s poll.
+    wait_until(lambda: (h := _line(database_url))[0] and h[0] != [holder_backend] and h[1] == 1, timeout=10, what="a new holder")
+    started = time.monotonic()
+    _one_at_a_time(database_url, 3)
+    assert time.monotonic() - started < 10
+
+
+def test_a_stalled_holder_costs_at_most_a_poll(database_url, procs: Procs):
+    register_ingest_task("record", qw_test_app.record)
+    env = service_env(database_url, QW_POLL_SECONDS="1")
+    workers = [procs.worker(env, "fetch") for _ in range(2)]
+    wait_workers_ready(database_url, workers)
+    wait_until(lambda: (h := _line(database_url))[0] and h[1] == 1, timeout=20, what="a holder and one in line")
+    holder = _holder(database_url, workers)
+    os.kill(holder.pid, signal.SIGSTOP)  # alive, holding the baton, hearing nothing
+    try:
+        started = time.monotonic()
+        _one_at_a_time(database_url, 1)  # the other worker's wait in line times out, and it polls
+        assert time.monotonic() - started < 5
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
