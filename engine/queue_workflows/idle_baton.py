@@ -56,7 +56,10 @@ class IdleBaton:
         """Hand the baton to the next in line (no-op unless held on `conn`)."""
         if self.held_on(conn):
             self._holder = None
-            conn.execute(queries.query("release_idle_baton"), self.params)
+            try:
+                conn.execute(queries.query("release_idle_baton"), self.params)
+            except psycopg.OperationalError:
+                pass  # the session is gone, and the lock with it; the job just claimed must not be retried
         elif self._holder is not None and self._holder.closed:
             self._holder = None
 
