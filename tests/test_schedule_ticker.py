@@ -96,6 +96,29 @@ def test_sleeps_to_the_next_slot_and_never_spins(app, conn):
     assert len(jobs(conn)) == 3
 
 
+class SlowStore(SlotStore):
+    """Each of the first `slow` fires takes `took` of the virtual clock's time."""
+
+    def __init__(self, clock: VirtualClock, took: timedelta, slow: int) -> None:
+        super().__init__(replica="r1")
+        self.clock, self.took, self.slow = clock, took, slow
+
+    def fire(self, entry, fire):
+        if self.slow > 0:
+            self.slow -= 1
+            self.clock.t += self.took
+        return super().fire(entry, fire)
+
+
+def test_a_slot_that_comes_due_during_a_slow_tick_fires_at_once(app, conn):
+    clock = VirtualClock(START, until=START + timedelta(minutes=4, seconds=30))
+    store = SlowStore(clock, took=timedelta(seconds=70), slow=1)
+    Ticker([ScheduleEntry.cron("* * * * *", "minutely", "fetch", "fetch")], store, clock.now, clock.sleep).run_forever()
+    rows = ledger(conn)
+    assert [r["slot_time"] for r in rows] == [START + timedelta(minutes=m) for m in range(5)], "12:01 came due while 12:00 was firing"
+    assert {r["kind"] for r in rows} == {"slot"}, "ten seconds late is within the grace: on time"
+
+
 def test_a_stop_during_the_sleep_ends_the_loop_at_once(app):
     stop = threading.Event()
     store = SlotStore()

@@ -129,10 +129,12 @@ class Ticker:
         backoff = Backoff(initial=0.5, maximum=30.0)
         while True:
             try:
-                self.tick(self.now_fn())
-                now = self.now_fn()
-                wake = self.next_wake(now)
-                delay = MAX_SLEEP if wake is None else (wake - now).total_seconds()
+                ticked_at = self.now_fn()
+                self.tick(ticked_at)
+                # The next slot after the tick's own time: one that came due while the tick
+                # ran (a slow start, a slow database) is fired at once instead of dropped.
+                wake = self.next_wake(ticked_at)
+                delay = MAX_SLEEP if wake is None else (wake - self.now_fn()).total_seconds()
                 backoff.reset()
             except psycopg.Error as exc:
                 delay = backoff.next_delay()
