@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import functools
 import os
 import signal
 import subprocess
@@ -141,7 +142,16 @@ def test_a_killed_qw_dev_takes_its_children_with_it_and_the_next_run_cleans_up(t
         assert children
         proc.kill()  # no chance to clean up: only the kernel's parent-death signal reaches the children
         proc.wait(timeout=10)
-        wait_until(lambda: not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], timeout=30, what="children gone")
+        def survivors() -> list[str]:
+            try:
+                return [f"{c.pid} ({c.status()}): {' '.join(c.cmdline())}" for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+            except psutil.NoSuchProcess:
+                return survivors()
+
+        try:
+            wait_until(lambda: not survivors(), timeout=30, what="children gone")
+        except AssertionError:
+            raise AssertionError(f"children still running 30 s after qw dev was killed: {survivors()}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -152,3 +162,18 @@ def test_a_killed_qw_dev_takes_its_children_with_it_and_the_next_run_cleans_up(t
     assert again.returncode == 0, again.stdout + again.stderr
     assert "did not stop cleanly" in again.stderr, again.stderr
     wait_until(lambda: not _postgres_running_under(tmp_path / "qwdata"), timeout=20, what="embedded Postgres stopped by the next run")
+
+
+def test_a_child_whose_parent_died_before_it_set_the_death_signal_gives_up():
+    """`qw dev` killed between a fork and its child's prctl sends no signal: the child sees a new parent and exits."""
+    from qw_services.dev import _die_with_parent
+
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=functools.partial(_die_with_parent, 1))
+    assert orphan.wait(timeout=10) == 1
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.5)
+    finally:
+        child.kill()
+        child.wait()

@@ -7,6 +7,7 @@ shows it completing; either way it keeps serving until Ctrl-C.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -54,7 +55,7 @@ class Supervisor:
         self._start(child)
 
     def _start(self, child: Child) -> None:
-        child.proc = subprocess.Popen(child.argv, env=self.env, preexec_fn=_die_with_parent)
+        child.proc = subprocess.Popen(child.argv, env=self.env, preexec_fn=functools.partial(_die_with_parent, os.getpid()))
         log.info("started %s (pid %d)", child.role, child.proc.pid)
 
     def check(self) -> None:
@@ -78,14 +79,20 @@ class Supervisor:
                 proc.wait()
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when `qw dev` dies, however it dies (Linux)."""
+def _die_with_parent(parent_pid: int) -> None:
+    """In the child, before exec: get SIGTERM when `qw dev` dies, however it dies (Linux).
+
+    A parent that died between the fork and the prctl sends no signal, so the child checks
+    that its parent is still the one that forked it, and gives up if not.
+    """
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 class ScheduleWatch:
