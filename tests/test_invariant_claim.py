@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from psycopg import sql
 
 import queue_workflows
 from queue_workflows import db, node_queue, queries, register_ingest_task
@@ -69,10 +70,13 @@ def test_claim_stamps_the_claimant_lease_and_attempt(database_url):
 def test_order_by_is_built_only_from_fixed_fragments(database_url):
     for order in ("highest_first", "lowest_first"):
         for affinity in (True, False):
-            text = queries.claim_query("ingest_jobs", order, affinity).as_string(None)
+            plan = sql.SQL(queries.raw("gpu_model_plan")).format(table=sql.Identifier("ingest_jobs")).as_string(None)
+            text = queries.claim_query("ingest_jobs", order, affinity).as_string(None).replace(plan, "PLAN")
+            assert text.count("ORDER BY") == 1, "the plan, a fixed fragment, is the only other place that orders"
             order_by = text.split("ORDER BY", 1)[1].split("FOR UPDATE", 1)[0]
             allowed = {"priority", "DESC", "ASC", "id", "(required_model", "IS", "NOT", "DISTINCT", "FROM", "%(current_model)s)", ",",
-                       "coalesce(required_model", "=", "ANY(%(loaded_models)s::text[])", "false)"}
+                       "coalesce(required_model", "=", "ANY(%(loaded_models)s::text[])", "false)",
+                       "array_position(PLAN", "required_model)", "NULLS", "FIRST"}
             assert set(order_by.replace(",", " , ").split()) <= allowed, order_by
     with pytest.raises(ValueError):
         queries.claim_query("ingest_jobs", "priority; DROP TABLE ingest_jobs", False)

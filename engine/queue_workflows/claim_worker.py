@@ -218,10 +218,21 @@ class ClaimWorker:
         return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model,
                                           loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
 
+    def _claim_statements(self) -> list[jobstore.Statement]:
+        """The claim, after its prelude when the queue has one (node_queue.claim_prelude)."""
+        prelude = node_queue.claim_prelude(self.queue)
+        return [self._claim_statement()] if prelude is None else [prelude, self._claim_statement()]
+
+    def _claim_once(self, conn: Any) -> dict[str, Any] | None:
+        statements = self._claim_statements()
+        if len(statements) == 1:
+            return jobstore.fetch_one(conn, statements[0])
+        return db.one_round_trip(conn, statements)[-1].fetchone()
+
     def _claim(self, conn: Any) -> dict[str, Any] | None:
-        job = jobstore.fetch_one(conn, self._claim_statement())
+        job = self._claim_once(conn)
         if job is None and jobstore.promote_due(conn, self.table, self.queue):
-            job = jobstore.fetch_one(conn, self._claim_statement())
+            job = self._claim_once(conn)
         if job is None:
             self.empty_claims += 1
         elif self.baton is not None:
@@ -299,14 +310,13 @@ class ClaimWorker:
         if outcome.gpu_error != "oom":
             mark = jobstore.mark_statement(self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id)
             statements.append(mark)
-        claim_next = self._may_claim()
-        if claim_next:
-            statements.append(self._claim_statement())
+        claim = self._claim_statements() if self._may_claim() else []
+        statements.extend(claim)
         self.beat.job_finished()  # before the commit: a revocation we cause ourselves must not stop us
         cursors = db.one_round_trip(conn, statements)
-        rows = [cursor.fetchone() for cursor in cursors[1 if usage is not None else 0:]]
+        rows = [cursor.fetchone() for cursor in cursors[1 if usage is not None else 0:len(cursors) - len(claim)]]
         self._job = None
-        next_job = rows.pop() if claim_next else None
+        next_job = cursors[-1].fetchone() if claim else None
         retried = rows[0] if retry_in is not None else None
         return retried or rows[-1], (retry_in if retried else None), next_job
 

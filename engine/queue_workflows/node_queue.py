@@ -243,11 +243,31 @@ def claim_statement(
     )
 
 
+GPU_CLAIM_LOCK_NAMESPACE = 0x515A
+"""Advisory-lock namespace (first int4 key) serializing routed gpu claims; the second is hashtext(queue)."""
+
+
+def claim_prelude(queue: str) -> jobstore.Statement | None:
+    """What a worker on `queue` runs before its claim, in the same transaction (None: nothing).
+
+    Routed gpu claims take turns, so two idle workers never both pick the model neither yet
+    holds; gpu jobs are long, so a turn costs nothing that matters.
+    """
+    settings = config.current().settings
+    if queue != "gpu" or settings.gpu_routing != "affinity":
+        return None
+    return queries.query("serialize_gpu_claims"), {"lock_namespace": GPU_CLAIM_LOCK_NAMESPACE, "queue": queue}
+
+
 def claim_node_job(
     queue: str, claimant: Claimant, *, current_model: str | None = None, conn: db.Conn | None = None
 ) -> Row | None:
-    """Claim the next node job on `cpu` or `gpu`."""
-    return jobstore.fetch_one(conn, claim_statement(NODE_TABLE, queue, claimant, current_model=current_model))
+    """Claim the next node job on `cpu` or `gpu` (after the queue's claim prelude, in one transaction)."""
+    prelude = claim_prelude(queue)
+    with db.transaction(conn) as c, c.transaction():
+        if prelude is not None:
+            c.execute(*prelude)
+        return jobstore.fetch_one(c, claim_statement(NODE_TABLE, queue, claimant, current_model=current_model))
 
 
 def claim_ingest_job(queue: str, claimant: Claimant, *, conn: db.Conn | None = None) -> Row | None:

@@ -22,6 +22,8 @@ PRIORITY_ORDER = {
 MODEL_AFFINITY = sql.SQL("(required_model IS NOT DISTINCT FROM %(current_model)s) DESC")
 # Then any other model it holds warm.
 WARM_AFFINITY = sql.SQL("coalesce(required_model = ANY(%(loaded_models)s::text[]), false) DESC")
+# Then, for a job it would have to load a model for, the rank of that model in its plan (gpu_model_plan).
+COLD_RANK = "array_position({plan}, required_model) ASC NULLS FIRST"
 CREATED_ORDER = sql.SQL("id ASC")
 
 
@@ -60,9 +62,11 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     """The claim statement; ORDER BY is assembled only from the fixed fragments above."""
     if claim_order not in PRIORITY_ORDER:
         raise ValueError(f"claim order must be one of {sorted(PRIORITY_ORDER)}, not {claim_order!r}")
-    order = [PRIORITY_ORDER[claim_order]]
-    if with_affinity:  # a gpu worker: warm models first, and models held elsewhere left there (gpu_routing)
-        order += [MODEL_AFFINITY, WARM_AFFINITY]
+    order: list[sql.Composable] = [PRIORITY_ORDER[claim_order]]
+    routing: sql.Composable = sql.SQL("")
+    if with_affinity:  # a gpu worker: warm models first, then the models its plan allows (gpu_routing)
+        plan = sql.SQL(raw("gpu_model_plan")).format(table=sql.Identifier(table))
+        order += [MODEL_AFFINITY, WARM_AFFINITY, sql.SQL(COLD_RANK).format(plan=plan)]
+        routing = sql.SQL(raw("gpu_routing")).format(plan=plan)
     order.append(CREATED_ORDER)
-    routing = sql.SQL(raw("gpu_routing")).format(table=sql.Identifier(table)) if with_affinity else sql.SQL("")
     return sql.SQL(raw("claim_job")).format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)

@@ -173,6 +173,11 @@ SELECT set_config('lock_timeout', %(timeout)s, true);
 -- others wait here, in line, at most the lock_timeout the caller's transaction set.
 SELECT pg_advisory_lock(%(baton_namespace)s::integer, hashtext(%(queue)s));
 
+-- name: serialize_gpu_claims
+-- Taken before a routed gpu claim, in its transaction: the claim's plan then sees every earlier
+-- claim committed (a model another worker has just started loading counts as held).
+SELECT pg_advisory_xact_lock(%(lock_namespace)s::integer, hashtext(%(queue)s));
+
 -- name: release_idle_baton
 SELECT pg_advisory_unlock(%(baton_namespace)s::integer, hashtext(%(queue)s)) AS released;
 
@@ -415,27 +420,57 @@ UPDATE {table}
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running';
 
 -- name: gpu_routing
--- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job for a model it does not hold must
--- fit its VRAM (what is free plus what its own models would give back; NULL: unknown, no check),
--- and a job for a model another live worker holds is left to that worker unless the model's
--- queue is long enough to be worth a second copy (second_copy_backlog queued jobs per holder).
+-- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job needing no model, a model this
+-- worker holds, or a model its cold-claim plan ({plan}, below) allows.
 AND (c.required_model IS NULL OR c.required_model = ANY(%(loaded_models)s::text[])
-     OR %(vram_available_gb)s::float IS NULL
-     OR coalesce((SELECT m.est_vram_gb FROM gpu_models m WHERE m.model_id = c.required_model), 0) <= %(vram_available_gb)s::float)
-AND (c.required_model IS NULL
-     OR c.required_model = ANY(%(loaded_models)s::text[])
-     OR NOT EXISTS (
-         SELECT 1 FROM worker_heartbeats h
-          WHERE h.queue = %(queue)s AND h.worker_id <> %(worker_id)s
-            AND h.state IN ('idle', 'busy') AND NOT h.swapping
-            AND h.loaded_models @> ARRAY[c.required_model]
-            AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions))
-     OR (SELECT count(*) FROM {table} AS b
-          WHERE b.status = 'queued' AND b.queue = %(queue)s AND b.required_model = c.required_model)
-        >= %(second_copy_backlog)s * (
-         SELECT count(*) FROM worker_heartbeats h
-          WHERE h.queue = %(queue)s AND h.loaded_models @> ARRAY[c.required_model]
-            AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)))
+     OR array_position({plan}, c.required_model) IS NOT NULL)
+
+-- name: gpu_model_plan
+-- The models a gpu worker may load for a cold claim, best first (docs/gpu.md, "Routing"). It is
+-- uncorrelated, so Postgres computes it once per claim (an InitPlan), not once per queued row.
+-- A model must fit this worker's VRAM; one another live worker holds (warm, or running a job for
+-- it, which covers a load under way) is left to it unless the queue is deep enough for another
+-- copy: second_copy_backlog jobs per holder, and, once the recent jobs of the model say how long
+-- a job and a load take, more queued work than one load per holder. Ranked: models fewer other
+-- workers can fit first, then models fewer others hold, then the oldest job.
+(WITH others AS (
+     SELECT h.worker_id, h.loaded_models, h.swapping, h.vram_free_gb,
+            coalesce((SELECT sum(g.est_vram_gb) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
+       FROM worker_heartbeats h
+      WHERE h.queue = %(queue)s AND h.worker_id <> %(worker_id)s AND h.state IN ('idle', 'busy')
+        AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
+ ), running_on AS (
+     SELECT DISTINCT r.claimed_by AS worker_id, r.required_model AS model
+       FROM {table} AS r
+      WHERE r.status = 'running' AND r.queue = %(queue)s AND r.required_model IS NOT NULL
+ ), queued AS (
+     SELECT q.required_model AS model, count(*) AS n, min(q.id) AS oldest
+       FROM {table} AS q
+      WHERE q.status = 'queued' AND q.queue = %(queue)s AND q.required_model IS NOT NULL
+      GROUP BY q.required_model
+ ), scored AS MATERIALIZED (
+     SELECT q.model, q.n, q.oldest, m.est_vram_gb,
+            (SELECT count(*) FROM others o
+              WHERE (NOT o.swapping AND o.loaded_models @> ARRAY[q.model])
+                 OR EXISTS (SELECT 1 FROM running_on ro WHERE ro.worker_id = o.worker_id AND ro.model = q.model)) AS holders,
+            (SELECT count(*) FROM others o
+              WHERE o.vram_free_gb IS NULL OR m.est_vram_gb IS NULL OR m.est_vram_gb <= o.vram_free_gb + o.held_gb) AS fitters,
+            (SELECT avg(d.wall_seconds) FROM (
+                 SELECT f.wall_seconds FROM {table} AS f
+                  WHERE f.required_model = q.model AND f.model_hit AND f.finished_at IS NOT NULL
+                  ORDER BY f.finished_at DESC LIMIT 20) AS d) AS job_seconds,
+            (SELECT avg(d.model_load_seconds) FROM (
+                 SELECT f.model_load_seconds FROM {table} AS f
+                  WHERE f.required_model = q.model AND NOT f.model_hit AND f.finished_at IS NOT NULL
+                  ORDER BY f.finished_at DESC LIMIT 5) AS d) AS load_seconds
+       FROM queued AS q LEFT JOIN gpu_models AS m ON m.model_id = q.model
+ )
+ SELECT coalesce(array_agg(s.model ORDER BY s.fitters, s.holders, s.oldest), '{{}}')
+   FROM scored AS s
+  WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.est_vram_gb, 0) <= %(vram_available_gb)s::float)
+    AND (s.holders = 0
+         OR (s.n >= %(second_copy_backlog)s * s.holders
+             AND (s.job_seconds IS NULL OR s.load_seconds IS NULL OR s.n * s.job_seconds > s.holders * s.load_seconds))))
 
 -- name: upsert_gpu_model
 INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_gb)s)
