@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psutil
 import pytest
+
+from queue_workflows.liveness import id_notes
 
 from procs import query, service_env, wait_until, wait_workers_ready
 
@@ -35,15 +38,19 @@ def test_a_worker_is_healthy_while_its_own_row_beats(database_url, procs):
 def test_a_worker_row_that_started_before_the_process_is_not_its_own(database_url, procs):
     worker = procs.worker(service_env(database_url), "fetch")
     wait_workers_ready(database_url, [worker])
+    id_notes.forget(worker.pid)  # an older image's worker, which notes no id: pid and start time decide
     # A replica on the same host reusing the pid left a row from long before this process began.
     query(database_url, "UPDATE worker_heartbeats SET started_at = now() - interval '1 day' WHERE pid = %s", (worker.pid,))
     result = _health(database_url, "worker")
     assert result.returncode == 1 and "no worker_heartbeats row" in result.stderr, result.stderr
 
 
-def test_of_two_replicas_sharing_a_pid_the_one_started_nearest_the_process_is_its_own(database_url, procs):
+@pytest.mark.parametrize("noted", [True, False], ids=["id noted", "pid and start time"])
+def test_of_two_replicas_sharing_a_pid_the_one_started_nearest_the_process_is_its_own(database_url, procs, noted):
     worker = procs.worker(service_env(database_url), "fetch")
     wait_workers_ready(database_url, [worker])
+    if not noted:
+        id_notes.forget(worker.pid)
     # Another container's replica has the same pid and host label and started 20 s earlier.
     query(database_url, """
         INSERT INTO worker_heartbeats
@@ -54,6 +61,35 @@ def test_of_two_replicas_sharing_a_pid_the_one_started_nearest_the_process_is_it
     ok = _health(database_url, "worker", "--queue", "fetch")
     assert ok.returncode == 0, ok.stderr
     assert f":fetch:{worker.pid}:" in ok.stdout and "-replica" not in ok.stdout, ok.stdout
+
+
+def test_the_id_a_worker_noted_picks_its_row_where_start_times_cannot(database_url, procs):
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(database_url, [worker])
+    assert id_notes.read(worker.pid, psutil.Process(worker.pid).create_time()) is not None
+    # A replica in another container, same pid and host label, registered the instant this
+    # process started: closer to its start than its own row, so start times would pick it.
+    query(database_url, """
+        INSERT INTO worker_heartbeats
+        SELECT (jsonb_populate_record(w, jsonb_build_object('worker_id', w.worker_id || '-replica',
+                                                            'started_at', to_timestamp(%s)))).*
+          FROM worker_heartbeats w WHERE pid = %s""", (psutil.Process(worker.pid).create_time(), worker.pid))
+    ok = _health(database_url, "worker", "--queue", "fetch")
+    assert ok.returncode == 0, ok.stderr
+    assert f":fetch:{worker.pid}:" in ok.stdout and "-replica" not in ok.stdout, ok.stdout
+    id_notes.note("e2e:fetch:gone", pid=worker.pid)  # the noted worker has no row: no other row stands in for it
+    gone = _health(database_url, "worker", "--queue", "fetch")
+    assert gone.returncode == 1 and "worker e2e:fetch:gone" in gone.stderr, gone.stderr
+
+
+def test_a_stopped_worker_takes_its_note_with_it(database_url, procs):
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(database_url, [worker])
+    started = psutil.Process(worker.pid).create_time()
+    assert id_notes.read(worker.pid, started)
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0
+    assert id_notes.read(worker.pid, started) is None
 
 
 def test_no_worker_process_is_unhealthy(database_url):

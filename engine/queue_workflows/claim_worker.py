@@ -28,7 +28,7 @@ from .control import WorkerSwitch
 from .control.api import control_for
 from .control.device import check_device_if_pending
 from .control.throttle import Marks, Throttle
-from .liveness import LivenessBeat
+from .liveness import LivenessBeat, id_notes
 from .liveness.watchdogs import JobWatch, Trip, budget_for
 from .payloads import clean_text
 from .queries import JobTable
@@ -388,7 +388,11 @@ def _run(args: argparse.Namespace) -> int:
         return exits.EXIT_OK
     if args.queue not in node_queue.NODE_QUEUES:
         app_loader.warn_unrunnable_jobs(args.queue, loaded)
-    return worker.run_forever()
+    id_notes.note(worker.worker_id)  # for `qw health worker` in this container
+    try:
+        return worker.run_forever()
+    finally:
+        id_notes.forget()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from queue_workflows import app_loader, config, db
+from queue_workflows.liveness import id_notes
 from queue_workflows.queries import parse_named_queries
 
 __all__ = ["add_arguments", "check_orchestrator", "check_schema", "check_worker", "main_with", "worker_pids"]
@@ -60,14 +61,19 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
     local = pids()
     if not local:
         raise Unhealthy("no claim-worker process runs here")
-    rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
-    # Replicas on one host can share a pid: ours started no earlier than our process did, and
-    # of those, nearest to it (a replica scaled up seconds later has the same pid).
-    mine = sorted((r for r in rows if r["started_epoch"] >= local[r["pid"]] - START_SLACK_SECONDS),
-                  key=lambda r: abs(r["started_epoch"] - local[r["pid"]]))
+    noted = [wid for pid, started in local.items() if (wid := id_notes.read(pid, started))]
+    if noted:  # the worker said which row is its own
+        mine = _rows("worker_rows_by_id", {"worker_ids": noted, "queue": queue})
+    else:
+        rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
+        # Replicas on one host can share a pid: ours started no earlier than our process did, and
+        # of those, nearest to it (a replica scaled up seconds later has the same pid).
+        mine = sorted((r for r in rows if r["started_epoch"] >= local[r["pid"]] - START_SLACK_SECONDS),
+                      key=lambda r: abs(r["started_epoch"] - local[r["pid"]]))
     if not mine:
         where = f"host {settings.host_label!r}" + (f", queue {queue!r}" if queue else "")
-        raise Unhealthy(f"no worker_heartbeats row for this worker ({where}, pids {sorted(local)}): not registered yet, or removed")
+        which = f"worker {', '.join(noted)}" if noted else f"pids {sorted(local)}"
+        raise Unhealthy(f"no worker_heartbeats row for this worker ({where}, {which}): not registered yet, or removed")
     row = mine[0]
     fresh = max(3 * settings.heartbeat_seconds, settings.lease_seconds)
     if row["silent_seconds"] > fresh:

@@ -11,6 +11,15 @@ SELECT worker_id, queue, pid, state, started_at,
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
  ORDER BY started_at;
 
+-- name: worker_rows_by_id
+-- The rows of the workers this container's processes named (liveness.id_notes).
+SELECT worker_id, queue, pid, state, started_at,
+       extract(epoch FROM now() - last_seen)::float AS silent_seconds
+  FROM worker_heartbeats
+ WHERE worker_id = ANY(%(worker_ids)s)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ ORDER BY last_seen DESC;
+
 -- name: orchestrator_row
 -- This container's orchestrator (leader or standby): the hostname is the container's own.
 SELECT orchestrator_id, role, extract(epoch FROM now() - beat_at)::float AS silent_seconds
