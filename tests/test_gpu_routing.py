@@ -39,7 +39,8 @@ def others(database_url, conn):
 
 
 def claim(vram_available_gb: float | None = None, loaded: tuple[str, ...] = (), claimant: jobstore.Claimant = ME):
-    statement = node_queue.claim_statement("workflow_node_jobs", "gpu", claimant, loaded_models=loaded, vram_available_gb=vram_available_gb)
+    statement = node_queue.claim_statement("workflow_node_jobs", "gpu", claimant, current_model=loaded[0] if loaded else None,
+                                           loaded_models=loaded, vram_available_gb=vram_available_gb)
     return jobstore.fetch_one(None, statement)
 
 
@@ -76,6 +77,24 @@ def test_a_model_only_this_worker_can_fit_goes_first(conn, others):
     big = enqueue("big", 3)
     assert claim(vram_available_gb=24)["id"] == big[0], "the older small jobs wait: two other workers can run them, none can run big"
     assert claim(vram_available_gb=10, claimant=jobstore.Claimant("w-small-3", 913))["id"] == small[0]
+
+
+def test_a_model_only_this_worker_can_fit_goes_before_its_warm_model(conn, others):
+    models(conn, small=8, big=24)
+    others("w-small", 914, free_gb=10)
+    warm = enqueue("small", 3)
+    big = enqueue("big", 1)
+    assert claim(vram_available_gb=24, loaded=("small",))["id"] == big[0], "the other worker can take the small jobs; none but us the big one"
+    assert claim(vram_available_gb=24, loaded=("small",))["id"] == warm[0]
+
+
+def test_alone_a_worker_keeps_to_its_warm_model_and_takes_model_free_jobs_in_turn(conn):
+    a = enqueue("A", 2)
+    free = enqueue(None, 1)
+    enqueue("B", 1)
+    assert claim(loaded=("A",))["id"] == a[0]
+    assert claim(loaded=("A",))["id"] == a[1]
+    assert claim(loaded=("A",))["id"] == free[0], "no other worker: nothing is 'only ours', so no model jumps the queue"
 
 
 def test_a_model_nobody_holds_goes_before_a_second_copy(conn, others):

@@ -70,13 +70,17 @@ def test_claim_stamps_the_claimant_lease_and_attempt(database_url):
 def test_order_by_is_built_only_from_fixed_fragments(database_url):
     for order in ("highest_first", "lowest_first"):
         for affinity in (True, False):
-            plan = sql.SQL(queries.raw("gpu_model_plan")).format(table=sql.Identifier("ingest_jobs")).as_string(None)
-            text = queries.claim_query("ingest_jobs", order, affinity).as_string(None).replace(plan, "PLAN")
-            assert text.count("ORDER BY") == 1, "the plan, a fixed fragment, is the only other place that orders"
+            text = queries.claim_query("ingest_jobs", order, affinity).as_string(None)
+            if affinity:  # the plan is a fixed WITH clause of its own, the only other place that orders
+                plan = sql.SQL(queries.raw("gpu_claim_plan")).format(table=sql.Identifier("ingest_jobs")).as_string(None)
+                assert text.startswith(plan)
+                text = text[len(plan):]
+            assert text.count("ORDER BY") == 1
             order_by = text.split("ORDER BY", 1)[1].split("FOR UPDATE", 1)[0]
             allowed = {"priority", "DESC", "ASC", "id", "(required_model", "IS", "NOT", "DISTINCT", "FROM", "%(current_model)s)", ",",
                        "coalesce(required_model", "=", "ANY(%(loaded_models)s::text[])", "false)",
-                       "array_position(PLAN", "required_model)", "NULLS", "FIRST"}
+                       "ANY((SELECT", "p.sole", "p.ranked", "plan", "AS", "p)::text[])", "p)", "array_position((SELECT", "required_model)",
+                       "NULLS", "FIRST"}
             assert set(order_by.replace(",", " , ").split()) <= allowed, order_by
     with pytest.raises(ValueError):
         queries.claim_query("ingest_jobs", "priority; DROP TABLE ingest_jobs", False)
@@ -85,9 +89,10 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
 
 
 def test_claim_is_a_single_update_with_skip_locked():
-    text = queries.claim_query("workflow_node_jobs", "highest_first", True).as_string(None)
-    assert text.lstrip().startswith("UPDATE") and text.count(";") == 0
-    assert "FOR UPDATE SKIP LOCKED" in text and "LIMIT 1" in text
+    for affinity in (False, True):  # a gpu claim's plan is a WITH clause of the same statement
+        text = queries.claim_query("workflow_node_jobs", "highest_first", affinity).as_string(None)
+        assert text.lstrip().startswith("WITH others AS (" if affinity else "UPDATE") and text.count(";") == 0
+        assert "FOR UPDATE SKIP LOCKED" in text and "LIMIT 1" in text and text.count('UPDATE "workflow_node_jobs" AS j') == 1
 
 
 def test_concurrent_claimers_never_claim_the_same_job(database_url):

@@ -22,8 +22,10 @@ PRIORITY_ORDER = {
 MODEL_AFFINITY = sql.SQL("(required_model IS NOT DISTINCT FROM %(current_model)s) DESC")
 # Then any other model it holds warm.
 WARM_AFFINITY = sql.SQL("coalesce(required_model = ANY(%(loaded_models)s::text[]), false) DESC")
-# Then, for a job it would have to load a model for, the rank of that model in its plan (gpu_model_plan).
-COLD_RANK = "array_position({plan}, required_model) ASC NULLS FIRST"
+# A gpu worker's plan (gpu_claim_plan): first the models only it could run, even over its warm
+# model; then, for a job it would have to load a model for, that model's rank in the plan.
+SOLE_FIRST = sql.SQL("coalesce(required_model = ANY((SELECT p.sole FROM plan AS p)::text[]), false) DESC")
+COLD_RANK = sql.SQL("array_position((SELECT p.ranked FROM plan AS p), required_model) ASC NULLS FIRST")
 CREATED_ORDER = sql.SQL("id ASC")
 
 
@@ -63,10 +65,11 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     if claim_order not in PRIORITY_ORDER:
         raise ValueError(f"claim order must be one of {sorted(PRIORITY_ORDER)}, not {claim_order!r}")
     order: list[sql.Composable] = [PRIORITY_ORDER[claim_order]]
+    plan: sql.Composable = sql.SQL("")
     routing: sql.Composable = sql.SQL("")
-    if with_affinity:  # a gpu worker: warm models first, then the models its plan allows (gpu_routing)
-        plan = sql.SQL(raw("gpu_model_plan")).format(table=sql.Identifier(table))
-        order += [MODEL_AFFINITY, WARM_AFFINITY, sql.SQL(COLD_RANK).format(plan=plan)]
-        routing = sql.SQL(raw("gpu_routing")).format(plan=plan)
+    if with_affinity:  # a gpu worker: its sole models, then warm ones, then what its plan allows (gpu_routing)
+        plan = sql.SQL(raw("gpu_claim_plan") + "\n").format(table=sql.Identifier(table))
+        order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
+        routing = sql.SQL(raw("gpu_routing"))
     order.append(CREATED_ORDER)
-    return sql.SQL(raw("claim_job")).format(table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)
+    return sql.SQL(raw("claim_job")).format(plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)

@@ -49,8 +49,9 @@ SELECT %(run_id)s::bigint, %(node_name)s, %(node_module)s, %(queue)s, %(priority
 RETURNING *;
 
 -- name: claim_job
--- {routing} is empty, or for a gpu worker the fixed `gpu_routing` filter below.
-UPDATE {table} AS j
+-- {plan} and {routing} are empty, or for a gpu worker the fixed `gpu_claim_plan` and
+-- `gpu_routing` fragments below.
+{plan}UPDATE {table} AS j
    SET status = 'running',
        claimed_by = %(worker_id)s,
        claim_lock_key = %(lock_key)s,
@@ -421,19 +422,20 @@ UPDATE {table}
 
 -- name: gpu_routing
 -- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job needing no model, a model this
--- worker holds, or a model its cold-claim plan ({plan}, below) allows.
+-- worker holds, or a model its plan (gpu_claim_plan) allows it to load.
 AND (c.required_model IS NULL OR c.required_model = ANY(%(loaded_models)s::text[])
-     OR array_position({plan}, c.required_model) IS NOT NULL)
+     OR array_position((SELECT p.ranked FROM plan AS p), c.required_model) IS NOT NULL)
 
--- name: gpu_model_plan
--- The models a gpu worker may load for a cold claim, best first (docs/gpu.md, "Routing"). It is
--- uncorrelated, so Postgres computes it once per claim (an InitPlan), not once per queued row.
--- A model must fit this worker's VRAM; one another live worker holds (warm, or running a job for
--- it, which covers a load under way) is left to it unless the queue is deep enough for another
--- copy: second_copy_backlog jobs per holder, and, once the recent jobs of the model say how long
--- a job and a load take, more queued work than one load per holder. Ranked: models fewer other
--- workers can fit first, then models fewer others hold, then the oldest job.
-(WITH others AS (
+-- name: gpu_claim_plan
+-- The WITH clause of a gpu worker's claim (docs/gpu.md, "Routing"): `plan` is one row, computed
+-- once per claim, naming the models this worker may load, best first (`ranked`), and those of
+-- them no other live worker could fit, when there is another (`sole`). A model must fit this worker's VRAM; one another
+-- live worker holds (warm, or running a job for it, which covers a load under way) is left to it
+-- unless the queue is deep enough for another copy: second_copy_backlog jobs per holder and,
+-- once the model's recent jobs say how long a job and a load take, more queued work than one
+-- load per holder. Ranked: models fewer other workers can fit first, then models fewer others
+-- hold, then the oldest job.
+WITH others AS (
      SELECT h.worker_id, h.loaded_models, h.swapping, h.vram_free_gb,
             coalesce((SELECT sum(g.est_vram_gb) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
        FROM worker_heartbeats h
@@ -464,13 +466,17 @@ AND (c.required_model IS NULL OR c.required_model = ANY(%(loaded_models)s::text[
                   WHERE f.required_model = q.model AND NOT f.model_hit AND f.finished_at IS NOT NULL
                   ORDER BY f.finished_at DESC LIMIT 5) AS d) AS load_seconds
        FROM queued AS q LEFT JOIN gpu_models AS m ON m.model_id = q.model
+ ), allowed AS (
+     SELECT s.* FROM scored AS s
+      WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.est_vram_gb, 0) <= %(vram_available_gb)s::float)
+        AND (s.holders = 0
+             OR (s.n >= %(second_copy_backlog)s * s.holders
+                 AND (s.job_seconds IS NULL OR s.load_seconds IS NULL OR s.n * s.job_seconds > s.holders * s.load_seconds)))
+ ), plan AS MATERIALIZED (
+     SELECT coalesce(array_agg(a.model ORDER BY a.fitters, a.holders, a.oldest), '{{}}') AS ranked,
+            coalesce(array_agg(a.model) FILTER (WHERE a.fitters = 0 AND EXISTS (SELECT 1 FROM others)), '{{}}') AS sole
+       FROM allowed AS a
  )
- SELECT coalesce(array_agg(s.model ORDER BY s.fitters, s.holders, s.oldest), '{{}}')
-   FROM scored AS s
-  WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.est_vram_gb, 0) <= %(vram_available_gb)s::float)
-    AND (s.holders = 0
-         OR (s.n >= %(second_copy_backlog)s * s.holders
-             AND (s.job_seconds IS NULL OR s.load_seconds IS NULL OR s.n * s.job_seconds > s.holders * s.load_seconds))))
 
 -- name: upsert_gpu_model
 INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_gb)s)
