@@ -211,17 +211,13 @@ class ClaimWorker:
         return self._running() and not self.switch.parked and not self.throttle.active and (self.gpu is None or self.gpu.may_claim())
 
 
-    def _claim_statement(self) -> jobstore.Statement:
+    def _claim_statements(self) -> list[jobstore.Statement]:
+        """The claim, after its queue's prelude if any (node_queue.claim_statements)."""
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
         if self.gpu is None:
-            return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model)
-        return node_queue.claim_statement(self.table, self.queue, claimant, current_model=self.current_model,
-                                          loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
-
-    def _claim_statements(self) -> list[jobstore.Statement]:
-        """The claim, after its prelude when the queue has one (node_queue.claim_prelude)."""
-        prelude = node_queue.claim_prelude(self.queue)
-        return [self._claim_statement()] if prelude is None else [prelude, self._claim_statement()]
+            return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
+        return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model,
+                                           loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
 
     def _claim_once(self, conn: Any) -> dict[str, Any] | None:
         statements = self._claim_statements()

@@ -259,15 +259,23 @@ def claim_prelude(queue: str) -> jobstore.Statement | None:
     return queries.query("serialize_gpu_claims"), {"lock_namespace": GPU_CLAIM_LOCK_NAMESPACE, "queue": queue}
 
 
+def claim_statements(table: JobTable, queue: str, claimant: Claimant, **routing: Any) -> list[jobstore.Statement]:
+    """The claim (`claim_statement`), after the queue's prelude when it has one: run them in one
+    transaction; the last statement's row is the claimed job."""
+    claim = claim_statement(table, queue, claimant, **routing)
+    prelude = claim_prelude(queue)
+    return [claim] if prelude is None else [prelude, claim]
+
+
 def claim_node_job(
     queue: str, claimant: Claimant, *, current_model: str | None = None, conn: db.Conn | None = None
 ) -> Row | None:
-    """Claim the next node job on `cpu` or `gpu` (after the queue's claim prelude, in one transaction)."""
-    prelude = claim_prelude(queue)
+    """Claim the next node job on `cpu` or `gpu`."""
+    *prelude, claim = claim_statements(NODE_TABLE, queue, claimant, current_model=current_model)
     with db.transaction(conn) as c, c.transaction():
-        if prelude is not None:
-            c.execute(*prelude)
-        return jobstore.fetch_one(c, claim_statement(NODE_TABLE, queue, claimant, current_model=current_model))
+        for statement in prelude:
+            c.execute(*statement)
+        return jobstore.fetch_one(c, claim)
 
 
 def claim_ingest_job(queue: str, claimant: Claimant, *, conn: db.Conn | None = None) -> Row | None:

@@ -429,12 +429,12 @@ AND (c.required_model IS NULL OR c.required_model = ANY(%(loaded_models)s::text[
 -- name: gpu_claim_plan
 -- The WITH clause of a gpu worker's claim (docs/gpu.md, "Routing"): `plan` is one row, computed
 -- once per claim, naming the models this worker may load, best first (`ranked`), and those of
--- them no other live worker could fit, when there is another (`sole`). A model must fit this worker's VRAM; one another
--- live worker holds (warm, or running a job for it, which covers a load under way) is left to it
--- unless the queue is deep enough for another copy: second_copy_backlog jobs per holder and,
--- once the model's recent jobs say how long a job and a load take, more queued work than one
--- load per holder. Ranked: models fewer other workers can fit first, then models fewer others
--- hold, then the oldest job.
+-- them no other live worker could fit, when there is another (`sole`). A model must fit this
+-- worker's VRAM; one another live worker holds (warm, or running a job for it, which covers a
+-- load under way) is left to it unless the queue is deep enough for another copy:
+-- second_copy_backlog jobs per holder and, once the model's recent jobs say how long a job and a
+-- load take, more queued work than one load per holder. Ranked: models fewer other workers can
+-- fit first, then models fewer others hold, then the oldest job.
 WITH others AS (
      SELECT h.worker_id, h.loaded_models, h.swapping, h.vram_free_gb,
             coalesce((SELECT sum(g.est_vram_gb) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
