@@ -72,7 +72,8 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
         for affinity in (True, False):
             text = queries.claim_query("ingest_jobs", order, affinity).as_string(None)
             if affinity:  # the plan is a fixed WITH clause of its own, the only other place that orders
-                plan = sql.SQL(queries.raw("gpu_claim_plan")).format(table=sql.Identifier("ingest_jobs")).as_string(None)
+                plan = sql.SQL(queries.raw("gpu_claim_plan")).format(table=sql.Identifier("ingest_jobs"),
+                                                                     head_order=queries.HEAD_ORDER[order]).as_string(None)
                 assert text.startswith(plan)
                 text = text[len(plan):]
             assert text.count("ORDER BY") == 1
@@ -91,7 +92,7 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
 def test_claim_is_a_single_update_with_skip_locked():
     for affinity in (False, True):  # a gpu claim's plan is a WITH clause of the same statement
         text = queries.claim_query("workflow_node_jobs", "highest_first", affinity).as_string(None)
-        assert text.lstrip().startswith("WITH others AS (" if affinity else "UPDATE") and text.count(";") == 0
+        assert text.lstrip().startswith("WITH RECURSIVE queued_models AS (" if affinity else "UPDATE") and text.count(";") == 0
         assert "FOR UPDATE SKIP LOCKED" in text and "LIMIT 1" in text and text.count('UPDATE "workflow_node_jobs" AS j') == 1
 
 

@@ -27,6 +27,12 @@ WARM_AFFINITY = sql.SQL("coalesce(required_model = ANY(%(loaded_models)s::text[]
 SOLE_FIRST = sql.SQL("coalesce(required_model = ANY((SELECT p.sole FROM plan AS p)::text[]), false) DESC")
 COLD_RANK = sql.SQL("array_position((SELECT p.ranked FROM plan AS p), required_model) ASC NULLS FIRST")
 CREATED_ORDER = sql.SQL("id ASC")
+# A model's next job in the gpu plan, after `required_model`: the claim order, then the oldest.
+# workflow_node_jobs_model_claim_idx serves highest_first as it is; lowest_first sorts each model's jobs.
+HEAD_ORDER = {
+    "highest_first": sql.SQL("q.priority DESC, q.id"),
+    "lowest_first": sql.SQL("q.priority ASC, q.id"),
+}
 
 
 def parse_named_queries(text: str) -> dict[str, str]:
@@ -68,7 +74,7 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     plan: sql.Composable = sql.SQL("")
     routing: sql.Composable = sql.SQL("")
     if with_affinity:  # a gpu worker: its sole models, then warm ones, then what its plan allows (gpu_routing)
-        plan = sql.SQL(raw("gpu_claim_plan") + "\n").format(table=sql.Identifier(table))
+        plan = sql.SQL(raw("gpu_claim_plan") + "\n").format(table=sql.Identifier(table), head_order=HEAD_ORDER[claim_order])
         order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
         routing = sql.SQL(raw("gpu_routing"))
     order.append(CREATED_ORDER)

@@ -176,8 +176,11 @@ SELECT pg_advisory_lock(%(baton_namespace)s::integer, hashtext(%(queue)s));
 
 -- name: serialize_gpu_claims
 -- Taken before a routed gpu claim, in its transaction: the claim's plan then sees every earlier
--- claim committed (a model another worker has just started loading counts as held).
-SELECT pg_advisory_xact_lock(%(lock_namespace)s::integer, hashtext(%(queue)s));
+-- claim committed (a model another worker has just started loading counts as held). The claim's
+-- generic plan is index probes whatever the parameters; without this setting Postgres would
+-- plan the long statement afresh on every claim, which costs more than running it.
+SELECT pg_advisory_xact_lock(%(lock_namespace)s::integer, hashtext(%(queue)s)),
+       set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: release_idle_baton
 SELECT pg_advisory_unlock(%(baton_namespace)s::integer, hashtext(%(queue)s)) AS released;
@@ -421,21 +424,35 @@ UPDATE {table}
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running';
 
 -- name: gpu_routing
--- A gpu worker's claim filter (docs/gpu.md, "Routing"): a job needing no model, a model this
--- worker holds, or a model its plan (gpu_claim_plan) allows it to load.
-AND (c.required_model IS NULL OR c.required_model = ANY(%(loaded_models)s::text[])
-     OR array_position((SELECT p.ranked FROM plan AS p), c.required_model) IS NOT NULL)
+-- A gpu worker's claim filter (docs/gpu.md, "Routing"): only the plan's candidates, the next job
+-- of each model it holds or may load and of the jobs needing no model; ORDER BY picks among them.
+AND c.id = ANY(ARRAY(SELECT cd.id FROM candidates AS cd))
 
 -- name: gpu_claim_plan
--- The WITH clause of a gpu worker's claim (docs/gpu.md, "Routing"): `plan` is one row, computed
+-- The WITH clause of a gpu worker's claim (docs/gpu.md, "Routing"). `plan` is one row, computed
 -- once per claim, naming the models this worker may load, best first (`ranked`), and those of
 -- them no other live worker could fit, when there is another (`sole`). A model must fit this
 -- worker's VRAM; one another live worker holds (warm, or running a job for it, which covers a
 -- load under way) is left to it unless the queue is deep enough for another copy:
 -- second_copy_backlog jobs per holder and, once the model's recent jobs say how long a job and a
 -- load take, more queued work than one load per holder. Ranked: models fewer other workers can
--- fit first, then models fewer others hold, then the oldest job.
-WITH others AS (
+-- fit first, then models fewer others hold, then the model whose next job is oldest.
+-- Every step is an index probe per model (workflow_node_jobs_model_claim_idx), never a read of the
+-- backlog: each queued model's next job by a loose index scan, and a holder's queue counted
+-- only as far as the rule needs.
+WITH RECURSIVE queued_models AS (
+     -- Each model's next job in claim order: ordered by the index's own columns, so only
+     -- workflow_node_jobs_model_claim_idx can answer, one probe per model.
+     (SELECT q.required_model AS model, q.id AS next_id FROM {table} AS q
+       WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NOT NULL
+       ORDER BY q.required_model, {head_order} LIMIT 1)
+     UNION ALL
+     SELECT nx.model, nx.next_id
+       FROM queued_models AS m,
+            LATERAL (SELECT q.required_model AS model, q.id AS next_id FROM {table} AS q
+                      WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model > m.model
+                      ORDER BY q.required_model, {head_order} LIMIT 1) AS nx
+ ), others AS (
      SELECT h.worker_id, h.loaded_models, h.swapping, h.vram_free_gb,
             coalesce((SELECT sum(g.est_vram_gb) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
        FROM worker_heartbeats h
@@ -445,13 +462,8 @@ WITH others AS (
      SELECT DISTINCT r.claimed_by AS worker_id, r.required_model AS model
        FROM {table} AS r
       WHERE r.status = 'running' AND r.queue = %(queue)s AND r.required_model IS NOT NULL
- ), queued AS (
-     SELECT q.required_model AS model, count(*) AS n, min(q.id) AS oldest
-       FROM {table} AS q
-      WHERE q.status = 'queued' AND q.queue = %(queue)s AND q.required_model IS NOT NULL
-      GROUP BY q.required_model
  ), scored AS MATERIALIZED (
-     SELECT q.model, q.n, q.oldest, m.est_vram_gb,
+     SELECT q.model, q.next_id, m.est_vram_gb,
             (SELECT count(*) FROM others o
               WHERE (NOT o.swapping AND o.loaded_models @> ARRAY[q.model])
                  OR EXISTS (SELECT 1 FROM running_on ro WHERE ro.worker_id = o.worker_id AND ro.model = q.model)) AS holders,
@@ -465,17 +477,39 @@ WITH others AS (
                  SELECT f.model_load_seconds FROM {table} AS f
                   WHERE f.required_model = q.model AND NOT f.model_hit AND f.finished_at IS NOT NULL
                   ORDER BY f.finished_at DESC LIMIT 5) AS d) AS load_seconds
-       FROM queued AS q LEFT JOIN gpu_models AS m ON m.model_id = q.model
- ), allowed AS (
-     SELECT s.* FROM scored AS s
+       FROM queued_models AS q LEFT JOIN gpu_models AS m ON m.model_id = q.model
+ ), needs AS (
+     SELECT s.*, s.holders * %(second_copy_backlog)s AS by_copies,
+            CASE WHEN s.job_seconds > 0 AND s.load_seconds IS NOT NULL
+                 THEN least(floor(s.holders * s.load_seconds / s.job_seconds) + 1, 1000000) ELSE 0 END AS by_work
+       FROM scored AS s
       WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.est_vram_gb, 0) <= %(vram_available_gb)s::float)
-        AND (s.holders = 0
-             OR (s.n >= %(second_copy_backlog)s * s.holders
-                 AND (s.job_seconds IS NULL OR s.load_seconds IS NULL OR s.n * s.job_seconds > s.holders * s.load_seconds)))
+ ), counted AS (
+     SELECT nd.*,
+            CASE WHEN nd.holders = 0 THEN NULL
+                 ELSE (SELECT count(*) FROM (
+                          SELECT 1 FROM {table} AS q
+                           WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model = nd.model
+                           ORDER BY q.required_model, {head_order}
+                           LIMIT greatest(nd.by_copies, nd.by_work)::bigint) AS z)
+            END AS n
+       FROM needs AS nd
+ ), allowed AS (
+     SELECT ct.* FROM counted AS ct
+      WHERE ct.holders = 0
+         OR (ct.n >= ct.by_copies
+             AND (ct.job_seconds IS NULL OR ct.load_seconds IS NULL OR ct.n * ct.job_seconds > ct.holders * ct.load_seconds))
  ), plan AS MATERIALIZED (
-     SELECT coalesce(array_agg(a.model ORDER BY a.fitters, a.holders, a.oldest), '{{}}') AS ranked,
+     SELECT coalesce(array_agg(a.model ORDER BY a.fitters, a.holders, a.next_id), '{{}}') AS ranked,
             coalesce(array_agg(a.model) FILTER (WHERE a.fitters = 0 AND EXISTS (SELECT 1 FROM others)), '{{}}') AS sole
        FROM allowed AS a
+ ), candidates AS (
+     SELECT s.next_id AS id FROM scored AS s, plan AS p
+      WHERE s.model = ANY(%(loaded_models)s::text[]) OR s.model = ANY(p.ranked)
+     UNION ALL
+     (SELECT q.id FROM {table} AS q
+       WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NULL
+       ORDER BY q.required_model, {head_order} LIMIT 1)
  )
 
 -- name: upsert_gpu_model

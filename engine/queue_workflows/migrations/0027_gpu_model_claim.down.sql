@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS workflow_node_jobs_model_claim_idx;
