@@ -7,9 +7,12 @@ job ends (None where NVML or its per-process query is not available).
 
 from __future__ import annotations
 
+import importlib
 import os
 import resource
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,34 +41,55 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def process_vram_bytes() -> int | None:
-    """VRAM this process holds on any NVIDIA GPU, per NVML; None when that cannot be asked."""
-    try:
-        import pynvml
+class ProcessVram:
+    """VRAM this process holds on any NVIDIA GPU, per NVML; None when that cannot be asked.
 
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library, no driver: unknown
-        return None
-    try:
-        total, pid = 0, os.getpid()
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == pid and proc.usedGpuMemory:
-                    total += int(proc.usedGpuMemory)
-        return total
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
+    NVML is initialised once per process, on the first ask, and kept: `nvmlInit` costs
+    milliseconds with a driver loaded, which per job would be more than a short job itself.
+    A process where it fails (no library, no driver) never tries again.
+    """
+
+    def __init__(self, import_nvml: Callable[[], Any] = lambda: importlib.import_module("pynvml")) -> None:
+        self._import_nvml = import_nvml
+        self._nvml: Any = None
+        self._tried = False
+        self._lock = threading.Lock()
+
+    def _library(self) -> Any:
+        with self._lock:
+            if not self._tried:
+                self._tried = True
+                try:
+                    nvml = self._import_nvml()
+                    nvml.nvmlInit()
+                    self._nvml = nvml
+                except Exception:  # noqa: BLE001 - no library, no driver: unknown for good
+                    self._nvml = None
+            return self._nvml
+
+    def __call__(self) -> int | None:
+        nvml = self._library()
+        if nvml is None:
+            return None
         try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+            total, pid = 0, os.getpid()
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if proc.pid == pid and proc.usedGpuMemory:
+                        total += int(proc.usedGpuMemory)
+            return total
+        except Exception:  # noqa: BLE001 - a device gone mid-query: unknown this time
+            return None
+
+
+process_vram_bytes = ProcessVram()
 
 
 class UsageMeter:
-    def __init__(self, *, vram: bool = False) -> None:
+    def __init__(self, *, vram: bool = False, vram_probe: Callable[[], int | None] = process_vram_bytes) -> None:
         self.vram = vram
+        self.vram_probe = vram_probe
         self._cpu0 = 0.0
         self._t0 = 0.0
 
@@ -77,7 +101,7 @@ class UsageMeter:
             cpu_seconds=round(_cpu() - self._cpu0, 6),
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             wall_seconds=round(time.monotonic() - self._t0, 6),
-            peak_vram_bytes=process_vram_bytes() if self.vram else None,
+            peak_vram_bytes=self.vram_probe() if self.vram else None,
             model_load_seconds=load_seconds,
             model_hit=hit,
         )
