@@ -5,8 +5,9 @@ sleeps `--load` seconds (1.5); N short node jobs (`--job` seconds) in random mod
 enqueued at once. For each mix: this engine (warm models first, a model's jobs left to its
 holder until its queue is deep), plain FIFO (`QW_GPU_ROUTING=fifo`, same workers), and the lower
 bound (all the work plus one load of each model used, spread over the workers). Loads are
-counted from the jobs' `model_hit`; makespan from the database clock. Mixes: uniform, one hot
-model, and one model (m3) too big for all but one worker.
+counted from the jobs' `model_hit`; makespan on the database clock, from just before the
+enqueue's COMMIT (when the backlog becomes visible) to the last job's end. Mixes: uniform, one
+hot model, and one model (m3) too big for all but one worker.
 
     python benchmarks/affinity.py [--jobs 300] [--workers 3] [--quick]
 """
@@ -55,12 +56,14 @@ def run_mix(url: str, procs: Procs, weights: list[float], *, jobs: int, workers:
             for i, m in enumerate(models):
                 node_queue.enqueue_node_job(f"j{i}", "gpu", node_module="bench_gpu", required_model=m,
                                             inputs={"sleep": job_seconds}, conn=conn)
+            # No job is visible before the COMMIT: the makespan starts here, just before it.
+            visible_from = conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
         try:
             testing.wait_until(lambda: common.scalar(url, "SELECT count(*) FROM workflow_node_jobs WHERE status = 'completed'") == jobs,
                                timeout=timeout, interval=0.1, what="the backlog done")
         except TimeoutError:
             return None
-        span = common.scalar(url, "SELECT extract(epoch FROM max(finished_at) - min(created_at)) FROM workflow_node_jobs")
+        span = common.scalar(url, "SELECT extract(epoch FROM max(finished_at) - %s) FROM workflow_node_jobs", (visible_from,))
         loads = common.scalar(url, "SELECT count(*) FROM workflow_node_jobs WHERE model_hit = false")
         m3_on = common.scalar(url, "SELECT count(DISTINCT claimed_by) FROM workflow_node_jobs WHERE required_model = 'm3'")
         return float(span), int(loads), int(m3_on)
