@@ -63,9 +63,11 @@ def banner(title: str, args: argparse.Namespace, server_url: str) -> None:
 
 
 @contextlib.contextmanager
-def postgres_server(database_url: str | None) -> Iterator[str]:
+def postgres_server(database_url: str | None, *, commit_timestamps: bool = False) -> Iterator[str]:
     """Yield a superuser DSN: the given one, or a private pgserver that is stopped and deleted after.
 
+    `commit_timestamps` turns on `track_commit_timestamp` in a private server (a given server
+    keeps its own setting), so a benchmark can time from a transaction's commit.
     SIGTERM is turned into SystemExit meanwhile, so a killed benchmark still stops its children
     and its server on the way out.
     """
@@ -74,7 +76,7 @@ def postgres_server(database_url: str | None) -> Iterator[str]:
         if database_url:
             yield database_url
         else:
-            with _private_pgserver() as url:
+            with _private_pgserver(commit_timestamps) as url:
                 yield url
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -85,7 +87,7 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 
 
 @contextlib.contextmanager
-def _private_pgserver() -> Iterator[str]:
+def _private_pgserver(commit_timestamps: bool = False) -> Iterator[str]:
     import logging
 
     import pgserver
@@ -93,6 +95,11 @@ def _private_pgserver() -> Iterator[str]:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     data_dir = Path(tempfile.mkdtemp(prefix="qwbench-pg-"))
     server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    if commit_timestamps:  # a server setting: restart to apply it
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
+        server._cleanup()
+        server = pgserver.get_server(data_dir, cleanup_mode="stop")
     try:
         yield server.get_uri()
     finally:

@@ -90,6 +90,7 @@ class QueueWorkflows(System):
         from queue_workflows import db
 
         self.conn = db.connect(autocommit=True, url=self.url)
+        self.xids: dict[int, str] = {}
 
     def close(self) -> None:
         self.conn.close()
@@ -109,6 +110,27 @@ class QueueWorkflows(System):
             "FROM ingest_jobs WHERE id = ANY(%s) AND status = 'completed'",
             ids,
         )
+
+    def enqueue_one_noting_commit(self) -> int:
+        """One job, its transaction's id noted so `from_commit` can read when it committed."""
+        from queue_workflows import node_queue
+
+        with self.conn.transaction():
+            job_id = int(node_queue.enqueue_ingest_job("noop", "fetch", reason="bench", conn=self.conn)["id"])
+            self.xids[job_id] = self.conn.execute("SELECT pg_current_xact_id()::text AS xid").fetchone()["xid"]
+        return job_id
+
+    def from_commit(self, ids: list[int]) -> list[tuple[float, float]]:
+        """(start, finish) - the enqueue's COMMIT (track_commit_timestamp), for jobs enqueued noting it."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT extract(epoch FROM j.started_at - c.at), extract(epoch FROM j.finished_at - c.at) "
+                "FROM unnest(%s::bigint[], %s::text[]) AS n(id, xid) JOIN ingest_jobs j ON j.id = n.id "
+                "CROSS JOIN LATERAL (SELECT pg_xact_commit_timestamp(n.xid::xid8::xid) AS at) AS c "
+                "WHERE j.status = 'completed'",
+                (ids, [self.xids[i] for i in ids]),
+            ).fetchall()
+        return [(float(a), float(b)) for a, b in rows]
 
 
 class QueueWorkflowsBatch(QueueWorkflows):
