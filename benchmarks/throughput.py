@@ -4,7 +4,9 @@ For each system and worker count: start the worker processes and wait until they
 commit N no-op jobs in one transaction, and time from that commit until no job is left
 unfinished (polled every 20 ms). Every system gets its own database on the same Postgres.
 The ceiling is measured first in the same run: one connection committing a one-row UPDATE in
-a loop, the most transactions per second one process gets from this server.
+a loop, the most transactions per second one process gets from this server. Beside it, the
+one-job worker's own statements alone (a completion and the next claim per commit, no worker
+process): the most any one-job worker could drain on this server.
 
     python benchmarks/throughput.py [--jobs 20000] [--workers 1,2,4] [--quick] [--database-url DSN]
 """
@@ -80,6 +82,33 @@ def commit_ceiling(server_url: str, seconds: float = 2.0) -> float:
         common.drop_database(server_url, url)
 
 
+def one_job_sql_floor(server_url: str, seconds: float = 2.0) -> float:
+    """Jobs per second of the one-job worker's own statements alone, on one connection: each
+    job's completion and the next claim in one pipelined commit, as the worker sends them, with
+    no worker process, task or liveness around them. No one-job worker can beat this."""
+    from queue_workflows import bulk, db, jobstore, node_queue
+
+    url = common.qw_database(server_url)
+    try:
+        with db.connect(autocommit=True, url=url) as conn:
+            with conn.transaction():
+                bulk.copy_ingest_jobs(({"task_name": "noop", "queue": "fetch", "reason": "bench"} for _ in range(40_000)), conn=conn)
+            claimant = jobstore.Claimant("floor", 1)
+            claim = node_queue.claim_statements(node_queue.INGEST_TABLE, "fetch", claimant)
+            job = db.one_round_trip(conn, claim)[-1].fetchone()
+            started, n = time.perf_counter(), 0
+            while job is not None and time.perf_counter() - started < seconds:
+                mark = jobstore.mark_statement(node_queue.INGEST_TABLE, "completed", job["id"], result=None, worker_id="floor")
+                job = db.one_round_trip(conn, [mark, *claim])[-1].fetchone()
+                n += 1
+            return n / (time.perf_counter() - started)
+    finally:
+        from queue_workflows import db as qw_db
+
+        qw_db.close_pools()
+        common.drop_database(server_url, url)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 20000; 2000 with --quick)")
@@ -97,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         common.banner(f"throughput: {jobs} no-op jobs committed at once; worker processes {counts}", args, server_url)
         ceiling = commit_ceiling(server_url)
         print(f"   commit ceiling: {ceiling:,.0f} tx/s (one connection, one-row UPDATE per commit)")
+        floor = one_job_sql_floor(server_url)
+        print(f"   one-job SQL alone: {floor:,.0f} jobs/s ({floor / ceiling:.0%} of the ceiling): a completion and the next "
+              "claim per commit, no worker; the most a one-job worker could reach")
         for cls in classes:
             system = cls(server_url)
             try:
@@ -124,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                      common.ratio(r.rate, pgq.get(r.workers)), per_worker, r.note])
     print()
     common.print_table(["system", "workers", "jobs/s", "seconds", "vs pgqueuer", "per worker / commit ceiling", "note"], rows)
-    print(f"   vs pgqueuer > 1: faster than pgqueuer with as many processes; commit ceiling {ceiling:,.0f} tx/s.")
+    print(f"   vs pgqueuer > 1: faster than pgqueuer with as many processes; commit ceiling {ceiling:,.0f} tx/s; "
+          f"one-job SQL alone {floor:,.0f} jobs/s ({floor / ceiling:.0%}).")
     return 0
 
 
