@@ -44,7 +44,8 @@ def header(database_url: str | None) -> str:
         f"# Benchmark results, {time.strftime('%Y-%m-%d')}",
         "",
         f"- Machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, {platform.platform()}, Python {platform.python_version()}",
-        f"- Postgres: {', '.join(f'{k}={v}' for k, v in settings.items())} ({'private pgserver' if not database_url else 'given server'}, otherwise defaults)",
+        f"- Postgres: {', '.join(f'{k}={v}' for k, v in settings.items())} ({'private pgserver' if not database_url else 'given server'}, otherwise defaults;"
+        " latency.py's own private server also has track_commit_timestamp=on, to time from each enqueue's commit)",
         f"- Libraries: {', '.join(versions)}",
         "- Command: `python benchmarks/run_all.py --results <this file>`; each section below is one script's output, and its line in",
         "  `benchmarks/README.md` says what it measures. Every ratio is against a baseline measured in the same run.",
