@@ -105,18 +105,53 @@ def ensure_logging(level: str = "INFO") -> None:
         logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
 
 
+class _StopRelay:
+    """Hands stop signals from the handler to a thread of their own.
+
+    A Python signal handler runs in the main thread between two bytecodes, possibly inside
+    `Event.wait()` while that holds the event's lock, so a handler that sets an event the main
+    thread waits on can deadlock on it. The handler here only writes a byte to a pipe; this
+    thread reads it and runs the callback with no lock of the main thread's held.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self.received = threading.Event()
+        self.callback: Callable[[], None] = lambda: None
+        threading.Thread(target=self._relay, name="stop-signals", daemon=True).start()
+
+    def handler(self, _signum: int, _frame: object) -> None:
+        try:
+            os.write(self._write, b"!")
+        except BlockingIOError:
+            pass  # a burst of signals: one byte in the pipe already stops us
+
+    def _relay(self) -> None:
+        while os.read(self._read, 64):
+            received, callback = self.received, self.callback
+            received.set()
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the next signal must still be relayed
+                logging.getLogger(__name__).exception("stop callback failed")
+
+
+_relay: _StopRelay | None = None
+
+
 def on_stop_signals(callback: Callable[[], None]) -> threading.Event:
-    """Run `callback` on SIGTERM/SIGINT (main thread only); the event is set once one arrived."""
-    received = threading.Event()
-
-    def _handler(signum: int, _frame: object) -> None:
-        received.set()
-        callback()
-
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, _handler)
-    return received
+    """Run `callback` on SIGTERM/SIGINT (installed from the main thread only); the event is set
+    once one arrived. The callback runs on a relay thread, never inside the signal handler."""
+    global _relay
+    if threading.current_thread() is not threading.main_thread():
+        return threading.Event()
+    if _relay is None:
+        _relay = _StopRelay()
+    _relay.received, _relay.callback = threading.Event(), callback
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _relay.handler)
+    return _relay.received
 
 
 def failure(exc: BaseException) -> tuple[int, str] | None:
