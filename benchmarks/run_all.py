@@ -17,7 +17,7 @@ import time
 
 import common
 
-SCRIPTS = ("throughput", "latency", "bulk_enqueue", "backlog", "wakeups", "recovery", "claim_backlog", "worker_control", "dag", "failover", "affinity")
+SCRIPTS = ("throughput", "latency", "bulk_enqueue", "backlog", "wakeups", "recovery", "claim_backlog", "worker_control", "dag", "failover", "affinity", "gpu_claim")
 SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections", "autovacuum")
 PACKAGES = ("queue-workflows", "psycopg", "psycopg-pool", "pgqueuer", "asyncpg", "procrastinate", "pgserver")
 
