@@ -103,9 +103,7 @@ def one_job_sql_floor(server_url: str, seconds: float = 2.0) -> float:
                 n += 1
             return n / (time.perf_counter() - started)
     finally:
-        from queue_workflows import db as qw_db
-
-        qw_db.close_pools()
+        db.close_pools()
         common.drop_database(server_url, url)
 
 

@@ -487,7 +487,7 @@ WITH RECURSIVE queued_models AS (
  ), counted AS (
      SELECT nd.*,
             CASE WHEN nd.holders = 0 THEN NULL
-                 ELSE (SELECT count(*) FROM (
+                 ELSE (SELECT count(*) FROM (  -- the ORDER BY keeps this on the model's index too
                           SELECT 1 FROM {table} AS q
                            WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model = nd.model
                            ORDER BY q.required_model, {head_order}
