@@ -133,3 +133,21 @@ def test_releasing_on_a_lost_session_neither_raises_nor_leaves_the_lock(database
         mine.release(conn)  # the claim before it succeeded: this must not raise and retry the claim
         assert not mine.held_on(conn)
         assert other.take(second)  # the lock ended with the session
+
+
+def test_waiting_in_line_writes_nothing_to_the_server_log(private_database_url, private_pg):
+    """Idle workers wait in line all day: a timed-out wait must not log an ERROR each time."""
+    from queue_workflows import db
+    from queue_workflows.idle_baton import IdleBaton
+
+    log = private_pg.server.log
+    before = log.read_text(errors="replace") if log.exists() else ""
+    holder, waiter = IdleBaton("fetch", wait_seconds=0.02), IdleBaton("fetch", wait_seconds=0.02)
+    with db.connect(autocommit=True, url=private_database_url) as conn, db.connect(autocommit=True, url=private_database_url) as second:
+        assert holder.take(conn)
+        assert not any(waiter.take(second) for _ in range(5))  # five waits run out, in line behind it
+        holder.release(conn)
+        assert waiter.take(second)  # and the line still moves
+        second.execute("SELECT 1")
+    logged = (log.read_text(errors="replace") if log.exists() else "")[len(before):]
+    assert "ERROR" not in logged, logged

@@ -41,11 +41,9 @@ class IdleBaton:
         """Wait in line up to `wait_seconds`; True once this worker holds the baton."""
         if self.held_on(conn):
             return True
-        try:
-            with conn.transaction():
-                conn.execute(queries.query("set_local_lock_timeout"), {"timeout": f"{max(1, int(self.wait_seconds * 1000))}ms"})
-                conn.execute(queries.query("take_idle_baton"), self.params)
-        except psycopg.errors.LockNotAvailable:
+        with conn.transaction():  # the wait's lock_timeout ends with it
+            row = conn.execute(queries.query("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}).fetchone()
+        if not (row and row["taken"]):
             discard_backlog(conn)  # not ours to act on; and psycopg would keep them all
             return False
         self._holder = conn

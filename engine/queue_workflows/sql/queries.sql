@@ -165,14 +165,10 @@ SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
 -- Shared, so the worker's two connections can both hold it; keys come from a sequence.
 SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
 
--- name: set_local_lock_timeout
--- For the rest of the caller's transaction only.
-SELECT set_config('lock_timeout', %(timeout)s, true);
-
 -- name: take_idle_baton
 -- A queue's idle baton: of its idle workers only the holder is woken by NOTIFY and claims; the
--- others wait here, in line, at most the lock_timeout the caller's transaction set.
-SELECT pg_advisory_lock(%(baton_namespace)s::integer, hashtext(%(queue)s));
+-- others wait here, in line, at most `wait_ms`; false when the wait ran out (migration 0032).
+SELECT qw_take_idle_baton(%(baton_namespace)s::integer, %(queue)s, %(wait_ms)s::integer) AS taken;
 
 -- name: serialize_gpu_claims
 -- Taken before a routed gpu claim, in its transaction: the claim's plan then sees every earlier
