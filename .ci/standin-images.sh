@@ -30,12 +30,22 @@ fi
 for name in "$python_base" "$cuda_base" "$rocm_base"; do
     have "$name" || docker tag qw-standin/bookworm "$name"
 done
-if ! have "$postgres_image"; then
-    if [ -s "$cache/postgres.tar" ]; then
-        docker load -i "$cache/postgres.tar" >/dev/null
-    else
-        docker build --network host -q -t qw-standin/postgres -f "$here/standin/postgres.Dockerfile" "$here/standin" >/dev/null
-        docker save -o "$cache/postgres.tar" qw-standin/postgres
+# The stand-in Postgres is rebuilt whenever its recipe changes: images and the cache carry the
+# recipe's hash, so a machine that kept an older stand-in (docker engine state, $QW_CI_CACHE) does
+# not test against it. An image without the label that is not a stand-in came from a registry.
+recipe="$(cat "$here/standin/postgres.Dockerfile" "$here/standin/postgres-entrypoint.sh" | sha256sum | cut -c1-16)"
+standin_label() { docker image inspect -f '{{index .Config.Labels "qw.standin"}}' "$1" 2>/dev/null || true; }
+is_old_standin() { docker image inspect -f '{{join .Config.Env " "}}' "$1" 2>/dev/null | grep -q '/usr/lib/postgresql/15/bin'; }
+if ! have "$postgres_image" || { [ "$(standin_label "$postgres_image")" != "$recipe" ] && is_old_standin "$postgres_image"; }; then
+    if [ "$(standin_label qw-standin/postgres)" != "$recipe" ]; then
+        if [ -s "$cache/postgres-$recipe.tar" ]; then
+            docker load -i "$cache/postgres-$recipe.tar" >/dev/null
+        else
+            docker build --network host -q --label "qw.standin=$recipe" -t qw-standin/postgres \
+                -f "$here/standin/postgres.Dockerfile" "$here/standin" >/dev/null
+            rm -f "$cache"/postgres*.tar
+            docker save -o "$cache/postgres-$recipe.tar" qw-standin/postgres
+        fi
     fi
     docker tag qw-standin/postgres "$postgres_image"
 fi

@@ -1,10 +1,16 @@
 #!/bin/sh
 # The stand-in for the official postgres image's entrypoint: the same contract (POSTGRES_USER,
 # POSTGRES_PASSWORD[_FILE], POSTGRES_DB, /docker-entrypoint-initdb.d on an empty data directory),
-# so compose.yaml and deploy/postgres-init run unchanged against it.
+# so compose.yaml and deploy/postgres-init run unchanged against it. Like the official one it
+# runs the service's own `command:` (`postgres -c ssl=on ...`) and execs Postgres as PID 1, so
+# SIGTERM/SIGINT reach it and `docker stop` shuts it down cleanly instead of killing it.
 set -eu
 : "${PGDATA:=/var/lib/postgresql/data}"
-if [ "${1:-postgres}" != postgres ]; then
+export PGDATA
+if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
+    set -- postgres "$@"   # flags alone are the server's, as in the official image
+fi
+if [ "$1" != postgres ]; then
     exec "$@"
 fi
 mkdir -p "$PGDATA" /var/run/postgresql
@@ -44,4 +50,5 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     runuser -u postgres -- pg_ctl -D "$PGDATA" -m fast -w stop
     echo "PostgreSQL init process complete; ready for start up."
 fi
-exec runuser -u postgres -- postgres -D "$PGDATA"
+# setpriv (util-linux, in every Debian) execs without staying behind as a parent, unlike runuser.
+exec setpriv --reuid=postgres --regid=postgres --init-groups "$@"
