@@ -218,3 +218,22 @@ def test_bad_dashboard_settings_are_clear_errors() -> None:
         load_settings(dashboard_allowed_hosts="localhost,evil/x")
     with pytest.raises(ConfigError, match="QW_DASHBOARD_TRUSTED_PROXIES: 'proxy.lan' is not an IP address or network"):
         load_settings(dashboard_trusted_proxies="proxy.lan")
+
+
+def test_the_limiter_refills_evenly_and_forgets_only_idle_clients(clock: Clock) -> None:
+    from qw_services.dashboard.limits import MAX_TRACKED_CLIENTS, FailureLimiter, Throttled
+
+    limiter = FailureLimiter(2, 10_000, now_fn=clock)
+    limiter.take("guesser")
+    limiter.take("guesser")
+    for i in range(MAX_TRACKED_CLIENTS + 10):  # a crowd of one-guess clients must not wash the guesser's record out
+        limiter.take(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}")
+    with pytest.raises(Throttled) as refused:
+        limiter.take("guesser")
+    assert refused.value.retry_after == 30
+    clock.now += 30
+    limiter.take("guesser")
+    limiter.give_back("guesser")  # a right answer costs nothing
+    limiter.take("guesser")
+    with pytest.raises(Throttled):
+        limiter.take("guesser")

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 WINDOW_SECONDS = 60.0
-MAX_TRACKED_CLIENTS = 4096  # past this, full buckets are forgotten, then the oldest
+MAX_TRACKED_CLIENTS = 4096  # past this, the least charged are forgotten, down to three quarters
 FAILURE_DELAY = 0.5
 MAX_BODY_BYTES = 64 * 1024
 
@@ -47,7 +47,8 @@ class FailureLimiter:
         self.per_client, self.overall, self.now_fn = per_client, overall, now_fn
         self._all = _Bucket(float(overall), now_fn())
         self._clients: dict[str, _Bucket] = {}
-        self._throttled: set[str] = set()
+        self._throttled: set[str] = set()  # clients already told (logged) they are throttled
+        self._all_throttled = False
 
     def _fill(self, bucket: _Bucket, capacity: int, now: float) -> None:
         bucket.tokens = min(float(capacity), bucket.tokens + (now - bucket.at) * capacity / WINDOW_SECONDS)
@@ -57,6 +58,7 @@ class FailureLimiter:
         """Reserve one failure for an attempt about to be checked, or Throttled with how long until one is free."""
         now = self.now_fn()
         mine = self._clients.pop(client, None) or _Bucket(float(self.per_client), now)
+        self._forget(now)
         self._clients[client] = mine  # most recently seen last, so the oldest go first
         self._fill(mine, self.per_client, now)
         self._fill(self._all, self.overall, now)
@@ -64,13 +66,16 @@ class FailureLimiter:
             mine.tokens -= 1
             self._all.tokens -= 1
             self._throttled.discard(client)
-            self._forget(now)
+            self._all_throttled = False
             return
         waits = [(1 - b.tokens) * WINDOW_SECONDS / cap for b, cap in ((mine, self.per_client), (self._all, self.overall)) if b.tokens < 1]
-        if client not in self._throttled:  # one line per client per episode, not one per refused guess
+        # One line per throttled client, or one for everyone, per episode: not one per refused guess.
+        if mine.tokens < 1 and client not in self._throttled:
             self._throttled.add(client)
-            log.warning("dashboard: throttling authentication from %s (%s)", client,
-                        "this client" if mine.tokens < 1 else "all clients: the overall limit is reached")
+            log.warning("dashboard: throttling authentication from %s: %d failures a minute", client, self.per_client)
+        elif mine.tokens >= 1 and not self._all_throttled:
+            self._all_throttled = True
+            log.warning("dashboard: throttling authentication from all clients (latest %s): %d failures a minute overall", client, self.overall)
         raise Throttled(max(waits))
 
     def give_back(self, client: str) -> None:
@@ -85,12 +90,13 @@ class FailureLimiter:
     def _forget(self, now: float) -> None:
         if len(self._clients) <= MAX_TRACKED_CLIENTS:
             return
-        for client, bucket in list(self._clients.items()):
+        for bucket in self._clients.values():
             self._fill(bucket, self.per_client, now)
-            if bucket.tokens >= self.per_client:
-                del self._clients[client]
-        while len(self._clients) > MAX_TRACKED_CLIENTS:
-            del self._clients[next(iter(self._clients))]
+        # The least charged go first (full ones cost nothing to forget), the throttled last.
+        by_charge = sorted(self._clients, key=lambda c: -self._clients[c].tokens)
+        for client in by_charge[:len(by_charge) - MAX_TRACKED_CLIENTS * 3 // 4]:
+            del self._clients[client]
+        self._throttled &= self._clients.keys()
 
 
 def client_of(request: Request) -> str:
