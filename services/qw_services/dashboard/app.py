@@ -240,9 +240,10 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         finally:
             await hub.stop()
 
+    hosts = allowed_hosts(settings.dashboard_allowed_hosts, settings.dashboard_addr)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Unavailable: unavailable}, middleware=[
         # A page in the operator's browser can point its own name at 127.0.0.1 (DNS rebinding): only known names are answered.
-        Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings.dashboard_allowed_hosts, settings.dashboard_addr)),
+        Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
         Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.dashboard_trusted_proxies)),
         Middleware(BodyLimit),
         Middleware(GZipMiddleware, minimum_size=1024),  # leaves text/event-stream alone
@@ -252,4 +253,5 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
     app.state.hub = hub
     app.state.auth = auth
     app.state.guard = guard
+    app.state.allowed_hosts = hosts
     return app
