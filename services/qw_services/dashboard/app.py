@@ -162,6 +162,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
             return page(request, "login.html", {"error": None})
         if auth.read_only:
             return page(request, "login.html", {"error": "this dashboard is read-only: no password is configured"}, 403)
+
         def expired() -> Response:
             return page(request, "login.html", {"error": "the form expired: try again"}, 403)
 
