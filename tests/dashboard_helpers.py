@@ -9,6 +9,7 @@ from typing import Any
 
 from procs import query
 
+LOCAL = "http://127.0.0.1:8765"  # a TestClient's base URL: a Host the dashboard answers by default
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 

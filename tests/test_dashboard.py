@@ -22,7 +22,7 @@ from queue_workflows import node_queue, register_ingest_task
 
 import qw_test_app
 from dag_rows import rows
-from dashboard_helpers import csrf_of, publish, snapshot
+from dashboard_helpers import LOCAL, csrf_of, publish, snapshot
 from procs import query
 from qw_services.dashboard import graph
 from qw_services.dashboard.app import create_app
@@ -33,13 +33,13 @@ PASSWORD = "s3cret-pass"
 
 @pytest.fixture
 def client(database_url: str) -> Iterator[TestClient]:
-    with TestClient(create_app(password=PASSWORD)) as c:
+    with TestClient(create_app(password=PASSWORD), base_url=LOCAL) as c:
         yield c
 
 
 @pytest.fixture
 def read_only(database_url: str) -> Iterator[TestClient]:
-    with TestClient(create_app()) as c:
+    with TestClient(create_app(), base_url=LOCAL) as c:
         yield c
 
 
@@ -67,7 +67,7 @@ def _page_token(client: TestClient) -> str:
 def test_overview_shows_hosts_workers_and_queues_read_only(read_only: TestClient, database_url: str) -> None:
     _worker_row(database_url, "box-a", "fetch", "busy")
     publish(database_url, snapshot("gpu-box-1", 12.5))
-    with TestClient(create_app()) as fresh:  # a late joiner reads host_metrics first
+    with TestClient(create_app(), base_url=LOCAL) as fresh:  # a late joiner reads host_metrics first
         html = fresh.get("/").text
     assert "gpu-box-1" in html and "Test GPU" in html
     assert 'data-host="box-a" data-queue="fetch" data-state="dead"' in html, "no session holds its lock: dead"
@@ -237,7 +237,7 @@ def test_the_password_comes_from_the_settings_and_logout_ends_the_session(databa
     from procs import TEST_INGEST_QUEUES
 
     queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, dashboard_password="from-settings")
-    with TestClient(create_app()) as c:
+    with TestClient(create_app(), base_url=LOCAL) as c:
         token = csrf_of(c.get("/login").text)
         response = c.post("/login", data={"csrf": token, "name": "", "password": "from-settings"}, follow_redirects=False)
         assert response.status_code == 303
@@ -254,7 +254,7 @@ def test_a_database_that_does_not_answer_is_a_503_page_not_a_traceback(database_
     from dashboard_helpers import free_port
 
     queue_workflows.configure(database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=2", ingest_queues=TEST_INGEST_QUEUES)
-    with TestClient(create_app(), raise_server_exceptions=False) as c:
+    with TestClient(create_app(), base_url=LOCAL, raise_server_exceptions=False) as c:
         for path in ("/", "/runs", "/jobs", "/runs/1", "/jobs/ingest:1"):
             response = c.get(path)
             assert response.status_code == 503 and "the database is not answering" in response.text, (path, response.text[-500:])

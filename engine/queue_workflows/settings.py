@@ -130,6 +130,42 @@ class Settings(BaseSettings):
     dashboard_port: int = Field(default=8765, ge=0, le=65535)
     dashboard_password: SecretStr | None = Field(default=None, description="also read from the Docker secret qw_dashboard_password")
     dashboard_refresh_seconds: float = Field(default=2.0, gt=0, le=300, description="how often the workers/queues panels are re-read without a NOTIFY")
+    # Who the dashboard answers (docs/dashboard.md): Host names (empty: the loopback names and
+    # dashboard_addr), proxies whose X-Forwarded-For names the client (empty: none), failed logins.
+    dashboard_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    dashboard_trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
+    dashboard_auth_failures_per_minute: int = Field(default=10, ge=1, le=10_000, description="failed logins per client address")
+    dashboard_auth_failures_total_per_minute: int = Field(default=100, ge=1, le=1_000_000, description="failed logins from all clients")
+
+    @field_validator("dashboard_allowed_hosts", "dashboard_trusted_proxies", mode="before")
+    @classmethod
+    def _split_dashboard_lists(cls, value: Any) -> Any:
+        parts = value.split(",") if isinstance(value, str) else value
+        return tuple(p.strip() for p in parts if p.strip()) if isinstance(parts, (list, tuple)) else parts
+
+    @field_validator("dashboard_allowed_hosts")
+    @classmethod
+    def _check_allowed_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        names = []
+        for entry in value:  # lower-cased, without a port: the Host check ignores ports
+            name = f"[{entry.lower()}]" if entry.count(":") > 1 and not entry.startswith("[") else entry.lower()
+            name = re.sub(r":\d{1,5}$", "", name)
+            if not re.fullmatch(r"\*|(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?|\[[0-9a-f:.]+\]", name):
+                raise ValueError(f"{entry!r} is not a host name (e.g. dash.example.org, *.example.org, 10.0.0.5, [::1]; * for any)")
+            names.append(name)
+        return tuple(names)
+
+    @field_validator("dashboard_trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import ipaddress
+
+        for entry in value:
+            try:
+                entry == "*" or ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/24, ::1; * for any)") from None
+        return value
 
     @field_validator("ingest_queues", "video_model_ids", mode="before")
     @classmethod

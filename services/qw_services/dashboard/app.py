@@ -1,7 +1,8 @@
 """The dashboard's ASGI app: pages, the event stream, login and the actions.
 
 `create_app()` reads the one settings model; the live hub starts with the app and holds the
-only LISTEN connection, page reads go through the engine's pool.
+only LISTEN connection, page reads go through the engine's pool. Every request first passes
+the Host check (DNS rebinding), the forwarded-address rule and the body cap.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,21 +23,24 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from queue_workflows import admin, config
 from queue_workflows.errors import DatabaseUnreachableError, InvalidPayloadError, QueueWorkflowsError, SchemaNotReadyError
 
 from . import actions, views
-from .auth import ActionRefused, Auth, clean_user
+from .auth import SESSION_COOKIE, SESSION_CSRF, ActionRefused, Auth, clean_user
+from .limits import BodyLimit, FailureLimiter, Guard, Throttled
 from .live import Hub
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
-FAILED_LOGIN_DELAY = 0.5
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
     "X-Frame-Options": "DENY",
@@ -52,27 +57,39 @@ def _optional(value: str | None) -> str | None:
     return value.strip() or None if value is not None else None
 
 
-def create_app(*, password: str | None = None, refresh_seconds: float | None = None) -> Starlette:
+def allowed_hosts(configured: tuple[str, ...], addr: str) -> list[str]:
+    """The Host names answered: those configured, else the loopback names and the address it is bound to."""
+    if configured:
+        return list(configured)
+    bound = [] if addr in ("", "0.0.0.0", "::") else [f"[{addr}]" if ":" in addr else addr.lower()]
+    return list(dict.fromkeys([*LOOPBACK_HOSTS, *bound]))
+
+
+def create_app(*, password: str | None = None, refresh_seconds: float | None = None,
+               now_fn: Callable[[], float] = time.monotonic, failure_delay: float | None = None) -> Starlette:
     settings = config.current().settings
     if password is None and settings.dashboard_password is not None:
         password = settings.dashboard_password.get_secret_value()
     auth = Auth(password or None)
+    guard = Guard(FailureLimiter(settings.dashboard_auth_failures_per_minute, settings.dashboard_auth_failures_total_per_minute, now_fn=now_fn))
+    if failure_delay is not None:
+        guard.delay = failure_delay
     templates = views.make_templates()
     hub = Hub(config.current().database_url(), lambda: views.panels(templates),
               refresh_seconds=refresh_seconds or settings.dashboard_refresh_seconds, latest_hosts=views.latest_hosts)
 
-    def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    def page(request: Request, name: str, context: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
         user = auth.user(request)
         base = {"user": user, "read_only": auth.read_only, "csrf": auth.csrf_token(request), "nav": name}
         response = templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
-        response.headers.update(SECURITY_HEADERS)
+        response.headers.update({**SECURITY_HEADERS, **(headers or {})})
         return response
 
-    def message(request: Request, text: str, status: int) -> Response:
+    def message(request: Request, text: str, status: int, headers: dict[str, str] | None = None) -> Response:
         if request.headers.get("hx-request"):
             kind = "ok" if status < 400 else "error"
-            return HTMLResponse(templates.env.get_template("_flash.html").render(kind=kind, text=text), status_code=status)
-        return page(request, "message.html", {"text": text, "ok": status < 400}, status)
+            return HTMLResponse(templates.env.get_template("_flash.html").render(kind=kind, text=text), status_code=status, headers=headers)
+        return page(request, "message.html", {"text": text, "ok": status < 400}, status, headers)
 
     async def read(fn: Callable[[], Any]) -> Any:
         try:
@@ -143,21 +160,37 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
     async def login(request: Request) -> Response:
         if request.method == "GET":
             return page(request, "login.html", {"error": None})
-        form = await request.form()
-        token = str(form.get("csrf") or "")
-        if not secrets.compare_digest(token, auth.csrf_token(request)):
-            return page(request, "login.html", {"error": "the form expired: try again"}, 403)
         if auth.read_only:
             return page(request, "login.html", {"error": "this dashboard is read-only: no password is configured"}, 403)
+
+        def expired() -> Response:
+            return page(request, "login.html", {"error": "the form expired: try again"}, 403)
+
+        if not request.session.get(SESSION_CSRF):  # no login page was loaded: refused before the body is read
+            return expired()
+        try:
+            guard.reserve(request)
+        except Throttled as exc:
+            return page(request, "login.html", {"error": str(exc)}, 429, {"Retry-After": str(exc.retry_after)})
+        try:
+            form = await request.form()
+        except BaseException:
+            guard.passed(request)  # nothing was checked
+            raise
+        if not secrets.compare_digest(str(form.get("csrf") or ""), auth.csrf_token(request)):
+            guard.passed(request)
+            return expired()
         if not auth.check_password(str(form.get("password") or "")):
-            log.warning("dashboard: failed login from %s", request.client.host if request.client else "?")
-            await anyio.sleep(FAILED_LOGIN_DELAY)  # guessing costs time; other pages are not held up
+            await guard.failed(request, "password")
             return page(request, "login.html", {"error": "wrong password"}, 401)
+        guard.passed(request)
         request.session.clear()
         request.session["user"] = clean_user(str(form.get("name") or ""))
         return RedirectResponse("/", status_code=303)
 
     async def logout(request: Request) -> Response:
+        if not request.session:
+            return RedirectResponse("/", status_code=303)
         form = await request.form()
         if secrets.compare_digest(str(form.get("csrf") or ""), auth.csrf_token(request)):
             request.session.clear()
@@ -166,15 +199,15 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
     def action(do: Callable[[Request, Any, str], str]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             origin = request.headers.get("origin")
-            form = await request.form()
             try:
                 if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
                     raise ActionRefused(f"refused a cross-site request from {origin[:80]}")
-                token = request.headers.get("x-csrf-token") or str(form.get("csrf") or "") or None
-                actor = auth.require(request, token)
+                user = await auth.authenticate(request, guard)  # before the body: a stranger's upload is never read
+                form = await request.form()
+                actor = auth.actor(request, user, request.headers.get("x-csrf-token") or str(form.get("csrf") or "") or None)
                 text = await read(lambda: do(request, form, actor))
             except ActionRefused as exc:
-                return message(request, str(exc), exc.status)
+                return message(request, str(exc), exc.status, exc.headers)
             except (QueueWorkflowsError, LookupError, ValueError) as exc:
                 return message(request, str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__, 400)
             log.info("dashboard action by %s: %s", actor, text)
@@ -208,11 +241,18 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         finally:
             await hub.stop()
 
+    hosts = allowed_hosts(settings.dashboard_allowed_hosts, settings.dashboard_addr)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Unavailable: unavailable}, middleware=[
+        # A page in the operator's browser can point its own name at 127.0.0.1 (DNS rebinding): only known names are answered.
+        Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+        Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.dashboard_trusted_proxies)),
+        Middleware(BodyLimit),
         Middleware(GZipMiddleware, minimum_size=1024),  # leaves text/event-stream alone
-        Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32), session_cookie="qw_dashboard",
+        Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32), session_cookie=SESSION_COOKIE,
                    same_site="strict", max_age=12 * 3600),
     ])
     app.state.hub = hub
     app.state.auth = auth
+    app.state.guard = guard
+    app.state.allowed_hosts = hosts
     return app

@@ -66,9 +66,10 @@ def serve(args: argparse.Namespace) -> int:
     db.check_database(url=config.current().database_url())
     app = create_app(password=password)
     mode = "read-only (no password)" if app.state.auth.read_only else "actions need the password"
-    app_loader.log.info("dashboard on http://%s:%d/ (%s)", settings.dashboard_addr, settings.dashboard_port, mode)
+    app_loader.log.info("dashboard on http://%s:%d/ (%s); it answers the Host names %s (QW_DASHBOARD_ALLOWED_HOSTS)",
+                        settings.dashboard_addr, settings.dashboard_port, mode, ", ".join(app.state.allowed_hosts))
     uvicorn.run(app, host=settings.dashboard_addr, port=settings.dashboard_port, log_level=logging.getLevelName(logging.getLogger().level).lower(),
-                access_log=False, timeout_graceful_shutdown=2)
+                access_log=False, timeout_graceful_shutdown=2, proxy_headers=False)  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
     return 0
 
 
