@@ -118,6 +118,7 @@ class Settings(BaseSettings):
     hw_metrics_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
     gpu_probe_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="Prometheus /metrics port; 0 serves none")
+    health_file: Path | None = Field(default=None, description="file each service rewrites after a beat that reached the database; docker/qw-healthy checks its age")
     metrics_addr: str = "0.0.0.0"
     metrics_queue_seconds: float = Field(default=15.0, ge=0, description="how often queue/worker/model figures are read; 0: never")
     cgroup_root: Path = Field(default=Path("/sys/fs/cgroup"), description="the host's cgroup tree, mounted read-only")

@@ -25,6 +25,7 @@ from .. import config
 from ..backoff import Backoff
 from ..errors import QueueWorkflowsError
 from ..jobstore import Row
+from ..liveness.stamp import HealthStamp
 from ..settings import Settings
 from .entries import ScheduleEntry
 from .slots import Fire, Slots, decide, stamp
@@ -127,10 +128,12 @@ class Ticker:
     def run_forever(self) -> int:
         """Tick, sleep to the next slot, repeat; returns 0 once `sleep_fn` says stop."""
         backoff = Backoff(initial=0.5, maximum=30.0)
+        health = HealthStamp(self.settings.health_file)
         while True:
             try:
                 ticked_at = self.now_fn()
                 self.tick(ticked_at)
+                health.touch("scheduler ticked on the database clock")  # at least every MAX_SLEEP
                 # The next slot after the tick's own time: one that came due while the tick
                 # ran (a slow start, a slow database) is fired at once instead of dropped.
                 wake = self.next_wake(ticked_at)

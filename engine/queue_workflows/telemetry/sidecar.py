@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .. import config, db
+from ..liveness.stamp import HealthStamp
 from ..node_queue import NODE_QUEUES
 from ..session import first_line
 from ..settings import Settings
@@ -59,6 +60,7 @@ class Sidecar:
         self.state.known_queues.update(("ingest", q) for q in self.settings.ingest_queues)
         self.outcomes = store.OutcomeCounter()
         self._conn: db.Conn | None = None
+        self.health = HealthStamp(self.settings.health_file)
 
     def sample(self) -> dict[str, Any]:
         """One snapshot of this host (version 1, docs/metrics.md); touches no database."""
@@ -96,6 +98,7 @@ class Sidecar:
             return False
         if not self.state.database_up:
             log.info("publishing hw metrics to the database")
+        self.health.touch(f"hw-metrics of host {self.settings.host_label} published")
         if queues is None:
             self.state.update(database_up=True)
         else:

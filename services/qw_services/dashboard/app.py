@@ -32,6 +32,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from queue_workflows import admin, config
 from queue_workflows.errors import DatabaseUnreachableError, InvalidPayloadError, QueueWorkflowsError, SchemaNotReadyError
+from queue_workflows.liveness.stamp import HealthStamp
 
 from . import actions, views
 from .auth import SESSION_COOKIE, SESSION_CSRF, ActionRefused, Auth, clean_user
@@ -76,7 +77,8 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         guard.delay = failure_delay
     templates = views.make_templates()
     hub = Hub(config.current().database_url(), lambda: views.panels(templates),
-              refresh_seconds=refresh_seconds or settings.dashboard_refresh_seconds, latest_hosts=views.latest_hosts)
+              refresh_seconds=refresh_seconds or settings.dashboard_refresh_seconds, latest_hosts=views.latest_hosts,
+              health=HealthStamp(settings.health_file))
 
     def page(request: Request, name: str, context: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
         user = auth.user(request)

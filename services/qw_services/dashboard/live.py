@@ -19,6 +19,8 @@ import anyio
 import psycopg
 from psycopg import sql
 
+from queue_workflows.liveness.stamp import HealthStamp
+
 log = logging.getLogger(__name__)
 
 HW_CHANNEL = "hw_metrics"
@@ -41,11 +43,12 @@ class Hub:
     """Holds the LISTEN connection, the latest host snapshots and the subscribed pages' queues."""
 
     def __init__(self, url: str, render_panels: Callable[[], dict[str, str]], *, refresh_seconds: float = 2.0,
-                 latest_hosts: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                 latest_hosts: Callable[[], list[dict[str, Any]]] | None = None, health: HealthStamp | None = None) -> None:
         self.url = url
         self.render_panels = render_panels
         self.refresh_seconds = refresh_seconds
         self.latest_hosts = latest_hosts
+        self.health = health or HealthStamp(None)
         self.hosts: dict[str, dict[str, Any]] = {}
         self.clients: set[asyncio.Queue[str | None]] = set()
         self.notifications = 0
@@ -141,6 +144,8 @@ class Hub:
                 await asyncio.wait_for(self._dirty.wait(), timeout=self.refresh_seconds)
             await asyncio.sleep(DEBOUNCE_SECONDS)
             self._dirty.clear()
+            if self.listening.is_set():  # what /healthz answers, for the HEALTHCHECK at no cost
+                self.health.touch("dashboard listening to Postgres")
             if not self.clients:
                 continue
             try:
