@@ -161,6 +161,17 @@ def test_kill_9_of_the_leader_hands_leadership_to_the_standby_within_two_seconds
 
 
 @pytest.mark.multiprocess
+def test_a_clean_stop_of_the_leader_releases_its_lease_to_the_standby_at_once(database_url: str, procs: Procs) -> None:
+    first, second = leader_and_standby(database_url, procs)
+    stopped_at = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    wait_until(lambda: leader_pid(database_url) == second.pid, timeout=10, what=f"the standby to lead\n{procs.logs()}")
+    took = time.monotonic() - stopped_at
+    assert took < 2.0, f"handover took {took:.2f}s"
+    assert first.wait(timeout=10) == 0
+
+
+@pytest.mark.multiprocess
 def test_a_terminated_leader_connection_leaves_exactly_one_leader(database_url: str, procs: Procs) -> None:
     first, second = leader_and_standby(database_url, procs)
     terminate_leader_backend(database_url)

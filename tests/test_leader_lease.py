@@ -156,3 +156,15 @@ def test_a_renewal_period_as_long_as_the_lease_is_refused() -> None:
     with pytest.raises(ConfigError, match="QW_LEADER_RENEW_SECONDS"):
         load_settings(leader_lease_seconds=2, leader_renew_seconds=2)
     assert load_settings(leader_lease_seconds=2).leader_renew_seconds is None
+
+
+def test_renewal_never_waits_for_the_leaders_own_guarded_transactions(database_url, elector, clocks) -> None:
+    a = elector("a")
+    term = bid(a)
+    assert term is not None
+    a._connection().execute("SET lock_timeout = '1s'")
+    with db.connect(url=database_url) as busy:  # a service of a, mid-transaction past its guard
+        term.guard(busy)
+        clocks.at = clocks.now = 1.0
+        assert a.renew(term)
+        busy.execute("SELECT 1")
