@@ -147,7 +147,7 @@ def test_status_shows_a_lapsed_leader_until_another_takes_over(database_url, ele
 def test_the_worker_role_reads_leadership_but_cannot_take_it(worker_url) -> None:  # noqa: F811
     with psycopg.connect(worker_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM qw_leadership").fetchone() == (1,)
-        for statement in ("UPDATE qw_leadership SET lease_until = NULL", "DELETE FROM qw_leadership", "TRUNCATE qw_leadership"):
+        for statement in ("UPDATE qw_leadership SET epoch = epoch + 1", "DELETE FROM qw_leadership", "TRUNCATE qw_leadership"):
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(statement)
 
