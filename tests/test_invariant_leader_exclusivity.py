@@ -1,7 +1,8 @@
 """Orchestrator HA: exactly one leader acts at a time, and a standby takes over when it dies.
 
 Two electors in one process, on real connections, for the fencing itself; real orchestrator
-processes (kill -9, a terminated backend) for failover.
+processes (kill -9, SIGTERM, SIGSTOP, a terminated backend) for failover. The lease itself, on a
+virtual clock: test_leader_lease.py.
 """
 
 from __future__ import annotations

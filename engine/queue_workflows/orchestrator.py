@@ -2,8 +2,8 @@
 
 Any number may run; one leads (`leadership`) on a lease it renews, the others stand by and take
 over when it stops, dies or fails to renew (frozen, cut off); a leader that finds its term over
-stops its services and stands by again. The leader runs the reclaim sweep, the DAG dispatch drain, the DAG
-keeper and retention, each guarded by its term. `python -m queue_workflows.orchestrator` (and
+stops its services and stands by again. The leader runs the reclaim sweep, the DAG dispatch
+drain, the DAG keeper and retention, each guarded by its term. `python -m queue_workflows.orchestrator` (and
 `queue-orchestrator`) import the app first, so an in-process host's own `configure(...)` decides
 the database; `run(stop_event)` is the same loop for a host that supervises its own threads.
 """
