@@ -214,9 +214,9 @@ def test_claim_preludes_only_for_routed_gpu_claims():
 
 
 def test_advisory_lock_namespaces_are_distinct():
-    from queue_workflows import idle_baton, jobstore, leadership
+    from queue_workflows import idle_baton, jobstore
 
-    spaces = [jobstore.WORKER_LOCK_NAMESPACE, leadership.LOCK_NAMESPACE, idle_baton.BATON_NAMESPACE, node_queue.GPU_CLAIM_LOCK_NAMESPACE]
+    spaces = [jobstore.WORKER_LOCK_NAMESPACE, idle_baton.BATON_NAMESPACE, node_queue.GPU_CLAIM_LOCK_NAMESPACE]
     assert len(set(spaces)) == len(spaces), spaces
 
 

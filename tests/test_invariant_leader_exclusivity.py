@@ -1,7 +1,8 @@
 """Orchestrator HA: exactly one leader acts at a time, and a standby takes over when it dies.
 
 Two electors in one process, on real connections, for the fencing itself; real orchestrator
-processes (kill -9, a terminated backend) for failover.
+processes (kill -9, SIGTERM, SIGSTOP, a terminated backend) for failover. The lease itself, on a
+virtual clock: test_leader_lease.py.
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ import time
 import psycopg
 import pytest
 
-from queue_workflows import admin, db
-from queue_workflows.leadership import LOCK_NAMESPACE, Elector, LeadershipLost, Term
+import qw_test_app
+from queue_workflows import admin, db, node_queue, register_ingest_task
+from queue_workflows.leadership import Elector, LeadershipLost, Term
 
-from procs import Procs, query, service_env, wait_for_log, wait_until
+from procs import Procs, log_text, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
-LOCK_HOLDER = f"""
-SELECT pid FROM pg_locks
- WHERE locktype = 'advisory' AND granted AND classid = {LOCK_NAMESPACE} AND objid = 0 AND objsubid = 2
+# The backend of the leader's lease connection, in this test's database only.
+LEASE_HOLDER = """
+SELECT a.pid FROM qw_leadership l
+  JOIN pg_stat_activity a ON a.pid = l.backend_pid AND a.backend_start = l.backend_start
+ WHERE a.datname = current_database()
 """
 
 
 def terminate_leader_backend(url: str) -> int:
-    pid = query(url, LOCK_HOLDER)[0]["pid"]
+    pid = query(url, LEASE_HOLDER)[0]["pid"]
     query(url, "SELECT pg_terminate_backend(%s)", (pid,))
     return pid
 
@@ -87,9 +91,9 @@ def test_a_new_term_waits_for_the_old_leaders_transaction_and_then_fences_it_out
         work.execute("SELECT 1")
         terminate_leader_backend(database_url)  # a's lock connection dies; a has not noticed yet
         b = campaigns("b")
-        # b takes the lock but its new term waits on a's open transaction: no overlap.
-        wait_until(lambda: query(database_url, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                               "AND query LIKE 'UPDATE qw_leadership%%'"),
+        # b sees a's lease connection gone, but its new term waits on a's open transaction: no overlap.
+        wait_until(lambda: query(database_url, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                                               "AND wait_event_type = 'Lock' AND query LIKE '%%FOR UPDATE OF l%%'"),
                    timeout=10, what="b's new term to wait for a's transaction")
         assert b.term is None
         work.commit()
@@ -158,14 +162,67 @@ def test_kill_9_of_the_leader_hands_leadership_to_the_standby_within_two_seconds
 
 
 @pytest.mark.multiprocess
+def test_a_clean_stop_of_the_leader_releases_its_lease_to_the_standby_at_once(database_url: str, procs: Procs) -> None:
+    first, second = leader_and_standby(database_url, procs)
+    stopped_at = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    wait_until(lambda: leader_pid(database_url) == second.pid, timeout=10, what=f"the standby to lead\n{procs.logs()}")
+    took = time.monotonic() - stopped_at
+    assert took < 2.0, f"handover took {took:.2f}s"
+    assert first.wait(timeout=10) == 0
+
+
+@pytest.mark.multiprocess
 def test_a_terminated_leader_connection_leaves_exactly_one_leader(database_url: str, procs: Procs) -> None:
     first, second = leader_and_standby(database_url, procs)
     terminate_leader_backend(database_url)
     wait_for_log(first, "stepping down", timeout=10)
-    wait_until(lambda: leader_pid(database_url) is not None and len(query(database_url, LOCK_HOLDER)) == 1,
+    wait_until(lambda: leader_pid(database_url) is not None and len(query(database_url, LEASE_HOLDER)) == 1,
                timeout=10, what="one leader again")
     leader = leader_pid(database_url)
     epoch = query(database_url, "SELECT epoch FROM qw_leadership")[0]["epoch"]
     holder = query(database_url, "SELECT o.pid FROM qw_orchestrators o WHERE o.epoch = %s AND o.role = 'leader'", (epoch,))
     assert [r["pid"] for r in holder] == [leader] and leader in (first.pid, second.pid)
     assert first.poll() is None and second.poll() is None  # the loser stands by, it does not exit
+
+
+def reclaims_of(url: str, job_id: int) -> int:
+    return query(url, "SELECT count(*) AS n FROM job_events WHERE job_table = 'ingest_jobs' AND job_id = %s "
+                      "AND from_status = 'running' AND to_status = 'queued'", (job_id,))[0]["n"]
+
+
+@pytest.mark.multiprocess
+def test_a_frozen_leader_loses_its_lease_to_the_standby_and_stays_fenced_after_sigcont(database_url: str, procs: Procs) -> None:
+    register_ingest_task("record", qw_test_app.record)
+    lease = 2.0
+    # A 60 s job lease: the killed worker's job can only come back through a leader's sweep.
+    env = service_env(database_url, QW_LEADER_LEASE_SECONDS=str(lease), QW_LEADER_RENEW_SECONDS="0.5",
+                      QW_LEASE_SECONDS="60", QW_LEASE_RENEW_SECONDS="20")
+    first = procs.orchestrator(env)
+    wait_for_log(first, "orchestrator running", timeout=30)
+    second = procs.orchestrator(env)
+    wait_for_log(second, "standing by", timeout=30)
+    worker = procs.worker(env, "fetch")
+    wait_workers_ready(database_url, [worker])
+    job_id = node_queue.enqueue_ingest_job("record", "fetch", {"token": "frozen-leader", "first_run_sleep": 60})["id"]
+    wait_until(lambda: query(database_url, "SELECT 1 FROM test_executions WHERE token = 'frozen-leader'"), timeout=15, what="the job's body to start")
+
+    os.kill(first.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    try:
+        os.kill(worker.pid, signal.SIGKILL)
+        wait_until(lambda: leader_pid(database_url) == second.pid, timeout=lease + 8, what=f"the standby to lead\n{procs.logs()}")
+        took = time.monotonic() - frozen_at
+        wait_until(lambda: reclaims_of(database_url, job_id), timeout=10, what=f"the new leader to reclaim job {job_id}\n{procs.logs()}")
+        assert first.poll() is None
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    print(f"SIGSTOP of the leader -> standby leads: {took:.2f}s (lease {lease:g}s)")
+    assert took < lease + 4, f"takeover took {took:.2f}s"
+    wait_for_log(first, "standing by again", timeout=10)
+    wait_until(lambda: {o["pid"]: o["role"] for o in admin.orchestrator_list()} == {first.pid: "standby", second.pid: "leader"},
+               timeout=10, what=f"the old leader to stand by\n{procs.logs()}")
+    assert reclaims_of(database_url, job_id) == 1
+    assert query(database_url, "SELECT status FROM ingest_jobs WHERE id = %s", (job_id,))[0]["status"] == "queued"
+    assert f"reclaimed job {job_id} " in log_text(second) and f"reclaimed job {job_id} " not in log_text(first)
+    assert leader_pid(database_url) == second.pid and first.poll() is None

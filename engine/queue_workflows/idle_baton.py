@@ -16,7 +16,7 @@ import psycopg
 
 from . import db, queries
 
-BATON_NAMESPACE = 0x5159  # beside the worker sessions' 0x5157 and leadership's 0x5158
+BATON_NAMESPACE = 0x5159  # beside the worker sessions' 0x5157
 
 __all__ = ["BATON_NAMESPACE", "IdleBaton"]
 

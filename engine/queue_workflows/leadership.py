@@ -1,11 +1,17 @@
-"""Orchestrator leadership: any number of orchestrators run, exactly one leads.
+"""Orchestrator leadership: any number of orchestrators run, exactly one leads, on a renewed lease.
 
-The leader holds a session advisory lock on a connection of its own, so its death (or the loss
-of that connection) frees the lock at once and a standby, polling every `poll_seconds`, takes
-it. A new leader starts a *term*: it bumps the epoch in `qw_leadership`, and each transaction
-of its services begins with `Term.guard`, which reads that epoch FOR SHARE. The bump waits for
-the old leader's guarded transactions to end and makes its later ones fail, so a leader that
-has not yet noticed its loss cannot act beside its successor (migration 0015).
+The leader holds a lease in `qw_leadership`, its expiry on the server's clock, and renews it
+every `leader_renew_seconds`; a standby, bidding every `poll_seconds`, takes the row once the
+lease lapsed (the leader froze, was cut off or stopped) or the leader's lease connection is gone
+(it died: a hint that hastens the takeover, never the source of truth). A new leader starts a
+*term*: it bumps the epoch, and each transaction of its services begins with `Term.guard`, which
+reads that epoch and an unexpired lease FOR KEY SHARE. The bump takes the row FOR UPDATE, so it
+waits for the old leader's guarded transactions to end and makes its later ones fail: a leader
+that has not yet noticed its loss cannot act beside its successor (migrations 0015, 0029).
+
+A leader also times its lease on its own monotonic clock from before each renewal, so once it
+could not renew in time (frozen, partitioned) its guard refuses work before asking the server;
+it then stops its services and stands by again (`orchestrator.run` campaigns anew).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,17 +30,21 @@ from typing import Any
 import psycopg
 
 from . import config, db
+from .errors import ConfigError
 from .queries import parse_named_queries
 from .session import first_line
 
 log = logging.getLogger(__name__)
 
-LOCK_NAMESPACE = 20824  # beside jobstore.WORKER_LOCK_NAMESPACE (20823)
-GUARD_IDLE_MS = 10_000  # a leader transaction idle this long is ended by the server
+ServerClock = Callable[[], datetime | None]  # the server time leases are judged by; None: the server's own
+
+
+def server_clock() -> None:
+    return None
 
 
 class LeadershipLost(Exception):
-    """Another orchestrator leads now: this one's services must stop."""
+    """Another orchestrator leads now, or this one's lease lapsed: its services must stop."""
 
 
 @cache
@@ -50,39 +61,72 @@ def default_orchestrator_id() -> str:
 
 
 class Term:
-    """One leader's tenure; `ended` is set when it ends (stopped or lost), and its services stop on it."""
+    """One leader's tenure; `ended` is set when it ends (stopped, lost or lapsed), and its services stop on it."""
 
-    def __init__(self, epoch: int) -> None:
+    def __init__(
+        self,
+        epoch: int,
+        *,
+        lease_seconds: float,
+        granted_at: float,
+        now_fn: Callable[[], float] = time.monotonic,
+        clock: ServerClock = server_clock,
+    ) -> None:
         self.epoch = epoch
+        self.lease_seconds = lease_seconds
+        self.now_fn = now_fn
+        self.clock = clock
+        self.valid_until = granted_at + lease_seconds  # on now_fn's clock: the server's expiry is no earlier
         self.ended = threading.Event()
+
+    def renewed(self, sent_at: float) -> None:
+        """The server extended the lease by a statement sent at `sent_at` (now_fn's clock)."""
+        self.valid_until = sent_at + self.lease_seconds
+
+    def lapsed(self) -> bool:
+        return self.now_fn() >= self.valid_until
 
     def guard(self, conn: db.Conn) -> None:
         """Call first inside a leader transaction: raises LeadershipLost unless this term still stands."""
         if self.ended.is_set():
             raise LeadershipLost(f"term {self.epoch} has ended")
-        row = conn.execute(q("leader_fence"), {"epoch": self.epoch, "idle_ms": str(GUARD_IDLE_MS)}).fetchone()
-        if row is None:
+        if self.lapsed():
             self.ended.set()
-            raise LeadershipLost(f"term {self.epoch} was superseded by another leader")
+            raise LeadershipLost(f"term {self.epoch}: its lease lapsed before it was renewed")
+        # A guarded transaction idle for a whole lease belongs to a leader that stopped.
+        params = {"epoch": self.epoch, "idle_ms": str(max(1, int(self.lease_seconds * 1000))), "at": self.clock()}
+        if conn.execute(q("leader_fence"), params).fetchone() is None:
+            self.ended.set()
+            raise LeadershipLost(f"term {self.epoch} was superseded by another leader, or its lease lapsed")
 
 
 class Elector:
-    """Stand by until the lock is ours, then hold it; one connection, beating our `qw_orchestrators` row."""
+    """Stand by until the lease is ours, then renew it; one connection, beating our `qw_orchestrators` row."""
 
     def __init__(
         self,
         *,
         orchestrator_id: str | None = None,
+        lease_seconds: float | None = None,
+        renew_seconds: float | None = None,
         poll_seconds: float = 0.2,
         beat_seconds: float = 1.0,
         stale_seconds: float = 30.0,
         now_fn: Callable[[], float] = time.monotonic,
+        clock: ServerClock = server_clock,
     ) -> None:
+        settings = config.current().settings
         self.orchestrator_id = orchestrator_id or default_orchestrator_id()
+        self.lease_seconds = lease_seconds or settings.leader_lease_seconds
+        self.renew_seconds = renew_seconds or settings.leader_renew_seconds or self.lease_seconds / 3
+        if not 0 < self.renew_seconds < self.lease_seconds:
+            raise ConfigError(f"leader renewal every {self.renew_seconds:g}s must be shorter than the {self.lease_seconds:g}s lease")
         self.poll_seconds = poll_seconds
         self.beat_seconds = beat_seconds
         self.stale_seconds = stale_seconds
         self.now_fn = now_fn
+        self.clock = clock
+        self.term: Term | None = None
         self._conn: db.Conn | None = None
         self._next_beat = 0.0
 
@@ -112,17 +156,32 @@ class Elector:
             for row in conn.execute(q("orchestrators_prune"), {"stale_seconds": self.stale_seconds}).fetchall():
                 log.info("forgot orchestrator %s (silent for over %.0fs)", row["orchestrator_id"], self.stale_seconds)
 
+    def bid(self, conn: db.Conn) -> Term | None:
+        """One attempt to start a term: a Term when the lease was free and is now ours, else None."""
+        with conn.transaction():
+            if conn.execute(q("leader_vacant"), {"at": self.clock()}).fetchone() is None:
+                return None
+            granted_at = self.now_fn()  # before the lease is stamped: our local view ends no later than the server's
+            row = conn.execute(q("leader_new_term"), {
+                "orchestrator_id": self.orchestrator_id, "lease_seconds": self.lease_seconds, "at": self.clock(),
+            }).fetchone()
+        assert row is not None  # the row is locked and exists (migration 0015)
+        self.term = Term(int(row["epoch"]), lease_seconds=self.lease_seconds, granted_at=granted_at,
+                         now_fn=self.now_fn, clock=self.clock)
+        return self.term
+
     def campaign(self, stop: threading.Event) -> Term | None:
         """Block as a standby until this orchestrator leads (its new Term) or `stop` is set (None)."""
         announced = False
         while not stop.is_set():
             try:
                 conn = self._connection()
-                if conn.execute(q("leader_try_lock"), {"namespace": LOCK_NAMESPACE}).fetchone()["acquired"]:  # type: ignore[index]
-                    epoch = int(conn.execute(q("leader_new_term"), {"orchestrator_id": self.orchestrator_id}).fetchone()["epoch"])  # type: ignore[index]
-                    self._beat(conn, "leader", epoch, force=True)
-                    log.info("leading (term %d) as %s", epoch, self.orchestrator_id)
-                    return Term(epoch)
+                term = self.bid(conn)
+                if term is not None:
+                    self._beat(conn, "leader", term.epoch, force=True)
+                    log.info("leading (term %d) as %s; lease %gs, renewed every %gs",
+                             term.epoch, self.orchestrator_id, self.lease_seconds, self.renew_seconds)
+                    return term
                 self._beat(conn, "standby", None)
                 if not announced:
                     leader = conn.execute(q("leader_epoch")).fetchone()
@@ -133,35 +192,50 @@ class Elector:
                     log.warning("leader election: database unavailable (%s)", first_line(exc))
                 else:
                     log.exception("leader election failed; retrying")
-                self._drop()  # a lock we may have taken goes with the connection
+                self._drop()
             stop.wait(self.poll_seconds)
         return None
 
+    def renew(self, term: Term) -> bool:
+        """Extend the lease of `term`; False (and the term ended) when it was lost or had lapsed."""
+        conn = self._conn
+        if conn is None or conn.closed:  # the server records our lease connection: a new one is not it
+            raise psycopg.OperationalError("leadership connection closed")
+        sent_at = self.now_fn()
+        if term.lapsed():
+            log.error("term %d: lease lapsed before it could be renewed (frozen or cut off): stepping down", term.epoch)
+        elif conn.execute(q("leader_renew"), {"epoch": term.epoch, "lease_seconds": self.lease_seconds, "at": self.clock()}).fetchone():
+            term.renewed(sent_at)
+            return True
+        else:
+            row = conn.execute(q("leader_epoch")).fetchone()
+            log.error("term %d lost (now term %s, led by %s): stepping down", term.epoch, row and row["epoch"], row and row["leader_id"])
+        term.ended.set()
+        return False
+
     def hold(self, term: Term, stop: threading.Event) -> None:
-        """While leading: check the lock's connection and the epoch; return when stopped or the term is lost."""
+        """While leading: renew the lease every `renew_seconds`; return when stopped or the term is lost."""
+        next_renewal = self.now_fn()
         while not stop.is_set() and not term.ended.is_set():
             try:
-                conn = self._conn
-                if conn is None or conn.closed:  # a new connection would not hold the lock
-                    raise psycopg.OperationalError("leadership connection closed")
-                row = conn.execute(q("leader_epoch")).fetchone()
-                if row is None or row["epoch"] != term.epoch:
-                    log.error("term %d superseded (now %s, led by %s): stepping down",
-                              term.epoch, row and row["epoch"], row and row["leader_id"])
-                    term.ended.set()
-                    break
-                self._beat(conn, "leader", term.epoch)
+                if self.now_fn() >= next_renewal:
+                    next_renewal = self.now_fn() + self.renew_seconds
+                    if not self.renew(term):
+                        break
+                    self._beat(self._connection(), "leader", term.epoch)
             except Exception as exc:  # noqa: BLE001 - unsure we still lead: step down rather than risk two leaders
                 log.error("leadership check failed (%s): stepping down from term %d", first_line(exc), term.epoch)
                 term.ended.set()
-                self._drop()  # the lock goes with the connection; campaign again on a new one
+                self._drop()  # our lease connection goes: a standby may take over at once
                 break
-            stop.wait(self.poll_seconds)
+            term.ended.wait(min(self.poll_seconds, self.renew_seconds))  # a guard that found the term over wakes us
 
     def resign(self) -> None:
-        """Leave for good: our row goes, and closing the connection frees the lock for a standby now."""
+        """Leave for good: the lease is released (a standby takes over at its next bid) and our row goes."""
         if self._conn is not None and not self._conn.closed:
             try:
+                if self.term is not None:
+                    self._conn.execute(q("leader_release"), {"epoch": self.term.epoch})
                 self._conn.execute(q("orchestrator_gone"), {"orchestrator_id": self.orchestrator_id})
             except psycopg.Error:
                 pass
@@ -169,6 +243,6 @@ class Elector:
 
 
 def orchestrators(conn: db.Conn | None = None) -> list[dict[str, Any]]:
-    """Every orchestrator that beat lately: id, host, pid, role, epoch, silent_seconds."""
+    """Every orchestrator that beat lately: id, host, pid, role (leader, standby, deposed, lapsed), epoch, silent_seconds."""
     with db.transaction(conn) as c:
         return list(c.execute(q("orchestrators_list")).fetchall())

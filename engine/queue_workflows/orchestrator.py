@@ -1,8 +1,9 @@
 """The orchestrator: apply migrations, win leadership, then run the leader's services until stopped.
 
-Any number may run; one leads (`leadership`), the others stand by and take over when it dies or
-loses its connection. The leader runs the reclaim sweep, the DAG dispatch drain, the DAG
-keeper and retention, each guarded by its term. `python -m queue_workflows.orchestrator` (and
+Any number may run; one leads (`leadership`) on a lease it renews, the others stand by and take
+over when it stops, dies or fails to renew (frozen, cut off); a leader that finds its term over
+stops its services and stands by again. The leader runs the reclaim sweep, the DAG dispatch
+drain, the DAG keeper and retention, each guarded by its term. `python -m queue_workflows.orchestrator` (and
 `queue-orchestrator`) import the app first, so an in-process host's own `configure(...)` decides
 the database; `run(stop_event)` is the same loop for a host that supervises its own threads.
 """
@@ -87,7 +88,7 @@ def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
     for thread in threads:
         thread.join(timeout=10)
     if not stop_event.is_set():
-        log.warning("term %d over: standing by again", term.epoch)
+        log.warning("term %d over: stepping down, standing by again", term.epoch)
     return sweep.total
 
 

@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     reclaim_interval_seconds: float = Field(default=0.25, gt=0, le=5)
     orphan_confirm_seconds: float = Field(default=0.15, gt=0, le=5)
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    # Orchestrator leadership: a lease on the server's clock, renewed every leader_renew_seconds
+    # (default: a third of the lease); a standby takes over once it lapses (docs/orchestrator.md).
+    leader_lease_seconds: float = Field(default=5.0, gt=0, le=3600)
+    leader_renew_seconds: float | None = Field(default=None, gt=0)
     schema_wait_seconds: float = Field(default=60.0, ge=0)
 
     max_attempts: int = Field(default=3, ge=1, le=1000)
@@ -211,6 +215,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"QW_LEASE_RENEW_SECONDS ({self.lease_renew_seconds:g}) must be shorter than "
                 f"QW_LEASE_SECONDS ({self.lease_seconds:g}) or every lease lapses before renewal"
+            )
+        if self.leader_renew_seconds is not None and self.leader_renew_seconds >= self.leader_lease_seconds:
+            raise ValueError(
+                f"QW_LEADER_RENEW_SECONDS ({self.leader_renew_seconds:g}) must be shorter than "
+                f"QW_LEADER_LEASE_SECONDS ({self.leader_lease_seconds:g}) or the leader loses every lease it holds"
             )
         for kind in ("memory", "gpu", "swap"):
             high, low = getattr(self, f"{kind}_throttle_percent"), getattr(self, f"{kind}_resume_percent")
