@@ -58,3 +58,15 @@ def test_a_check_costs_a_few_milliseconds_of_cpu(tmp_path):
     per_check = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / 20
     print(f"\nqw-healthy: {per_check * 1000:.1f} ms of CPU per check")
     assert per_check < 0.05  # the issue's budget; `qw health worker` took about 0.6 s
+
+
+def test_a_running_orchestrator_and_scheduler_keep_their_stamps_fresh(database_url, procs, tmp_path):
+    from procs import service_env, wait_until
+
+    stamps = {name: tmp_path / name / "healthy" for name in ("orchestrator", "scheduler")}
+    procs.orchestrator(service_env(database_url, QW_HEALTH_FILE=str(stamps["orchestrator"])))
+    procs.scheduler(service_env(database_url, QW_HEALTH_FILE=str(stamps["scheduler"]), QW_APP="qw_sched_app"))
+    for name, stamp in stamps.items():
+        wait_until(lambda: stamp.exists(), timeout=30, what=f"the {name}'s health stamp")
+        result = _check(stamp, "10")
+        assert result.returncode == 0 and name in result.stdout, (name, result.stdout, result.stderr, procs.logs())

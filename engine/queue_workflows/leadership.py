@@ -31,6 +31,7 @@ import psycopg
 
 from . import config, db
 from .errors import ConfigError
+from .liveness.stamp import HealthStamp
 from .queries import parse_named_queries
 from .session import first_line
 
@@ -129,6 +130,7 @@ class Elector:
         self.term: Term | None = None
         self._conn: db.Conn | None = None
         self._next_beat = 0.0
+        self.health = HealthStamp(settings.health_file)
 
     def _connection(self) -> db.Conn:
         if self._conn is None or self._conn.closed:
@@ -152,6 +154,7 @@ class Elector:
             "host_label": config.current().settings.host_label, "pid": os.getpid(), "role": role, "epoch": epoch,
         })
         self._next_beat = self.now_fn() + self.beat_seconds
+        self.health.touch(f"orchestrator {self.orchestrator_id} ({role}) beat")
         if role == "leader":
             for row in conn.execute(q("orchestrators_prune"), {"stale_seconds": self.stale_seconds}).fetchall():
                 log.info("forgot orchestrator %s (silent for over %.0fs)", row["orchestrator_id"], self.stale_seconds)
