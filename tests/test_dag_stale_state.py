@@ -13,7 +13,7 @@ from queue_workflows.dag import inputs
 from queue_workflows.dag.outbox import DispatchDrain
 
 from dag_rows import rows, run_row, states
-from procs import Procs, query, service_env, wait_for_log, wait_until
+from procs import Procs, log_text, query, service_env, wait_for_log, wait_until
 
 N = "qw_dag_nodes"
 
@@ -127,3 +127,16 @@ def test_the_sweep_logs_one_line_per_failure_without_a_traceback(database_url, c
     assert f"reconcile: run {bad['id']} could not be advanced (attempt 1/2): WorkflowValidationError" in got[0][2]
     assert f"run {bad['id']}: reconcile POISONED after 2 attempts" in got[1][2]
     assert all("\n" not in message for _, _, message in got)
+
+
+@pytest.mark.multiprocess
+def test_the_orchestrator_poison_flags_a_cyclic_run_once_with_one_line_per_sweep(database_url, procs: Procs):
+    cyclic = '{"name": "cyc", "nodes": [{"id": "a", "call": "qw_dag_nodes:echo", "deps": ["b"]}, {"id": "b", "call": "qw_dag_nodes:echo", "deps": ["a"]}]}'
+    orchestrator = procs.orchestrator(service_env(database_url, QW_DISPATCH_MAX_ATTEMPTS="2"))
+    wait_for_log(orchestrator, "orchestrator running", timeout=30)
+    [bad] = query(database_url, "INSERT INTO workflow_runs (workflow_name, status, definition) VALUES ('cyc', 'running', %s) RETURNING id", (cyclic,))
+    wait_until(lambda: run_row(database_url, bad["id"])["poisoned_at"] is not None, timeout=20, what=f"the poison flag\n{procs.logs()}")
+    log = log_text(orchestrator)
+    assert "Traceback" not in log
+    assert log.count(f"reconcile: run {bad['id']} could not be advanced (attempt 1/2)") == 1
+    assert log.count(f"run {bad['id']}: reconcile POISONED after 2 attempts") == 1
