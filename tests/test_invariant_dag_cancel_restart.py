@@ -86,10 +86,11 @@ def test_no_path_requeues_a_node_of_a_cancelled_or_failed_run(database_url, conn
     cancel_run(run_id)
     ids = {n: r["id"] for n, r in rows(database_url, run_id).items()}
     # a failed attempt with attempts left (retry -> scheduled), a graceful hand-back (-> queued),
-    # an operator retry of a cancelled node, and a plain insert: each ends 'cancelled'
+    # and a plain insert: each ends 'cancelled'; an operator retry of a cancelled node is refused outright
     conn.execute("UPDATE workflow_node_jobs SET status = 'scheduled', claimed_by = NULL WHERE id = %s", (ids["retried"],))
     conn.execute("UPDATE workflow_node_jobs SET status = 'queued', claimed_by = NULL WHERE id = %s", (ids["released"],))
-    queue_workflows.admin.retry_job(f"node:{ids['x']}")
+    with pytest.raises(queue_workflows.admin.JobNotFoundError, match=f"run {run_id}, which is cancelled: .* restart the run instead"):
+        queue_workflows.admin.retry_job(f"node:{ids['x']}")
     conn.execute("INSERT INTO workflow_node_jobs (run_id, node_name, queue) VALUES (%s, 'sneaky', 'cpu')", (run_id,))
     assert set(states(database_url, run_id).values()) == {"cancelled"}
     assert rows(database_url, run_id)["retried"]["error"] == f"cancelled: run {run_id} is cancelled"

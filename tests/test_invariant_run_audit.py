@@ -38,7 +38,7 @@ def test_cancel_restart_and_input_are_recorded_with_who_and_when(database_url):
     assert _trail(database_url, run_id) == [("input", "ask", "carol"), ("cancel", None, "dave"), ("restart", None, "erin")]
     actions = run_actions(run_id)
     assert actions[0]["detail"] == f"submission {submission}"
-    assert actions[1]["detail"] == "changed my mind" and actions[2]["detail"] == "was cancelled"
+    assert actions[1]["detail"] == "changed my mind" and actions[2]["detail"] == "was cancelled; 1 unapplied input answer(s) rejected"
     assert all(a["at"] is not None for a in actions)
     assert [a["at"] for a in actions] == sorted(a["at"] for a in actions)
 

@@ -100,9 +100,21 @@ def cancel_job(ref: str, *, reason: str | None = None, conn: db.Conn | None = No
 
 
 def retry_job(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
-    """Put a failed or cancelled job back in its queue with fresh attempts."""
-    table, row = resolve(ref, conn)
-    done = _rows(conn, queries.query("operator_retry_job", table), {"job_id": row["id"]})
+    """Put a failed or cancelled job back in its queue with fresh attempts.
+
+    A node of a failed or cancelled workflow run is refused (JobNotFoundError, nothing written):
+    the run's guard trigger would cancel it at once, and the run would not move; `restart_run`
+    is what runs such a run's unfinished nodes again.
+    """
+    with db.transaction(conn) as c, c.transaction(), c.cursor(row_factory=dict_row) as cur:
+        table, row = resolve(ref, c)
+        run_id = row.get("run_id") if table == NODE_TABLE else None
+        if run_id is not None:
+            run = cur.execute(queries.query("lock_run_of_node_job"), {"run_id": run_id}).fetchone()
+            if run is not None and run["status"] in ("failed", "cancelled"):
+                raise JobNotFoundError(f"job {ref} is a node of workflow run {run_id}, which is {run['status']}: a node of an ended run "
+                                       f"cannot be retried alone; restart the run instead (qw restart {run_id})")
+        done = cur.execute(queries.query("operator_retry_job", table), {"job_id": row["id"]}).fetchall()
     if not done:
         raise JobNotFoundError(f"job {ref} is {row['status']}: only failed or cancelled jobs can be retried")
     return done[0]

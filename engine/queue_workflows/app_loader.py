@@ -9,6 +9,7 @@ user must fix is one line on stderr and exit 2, never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import logging
 import os
@@ -17,6 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import psycopg
 
@@ -26,6 +28,7 @@ from .errors import (
     ConfigError,
     DatabaseUnreachableError,
     InvalidNameError,
+    InvalidPayloadError,
     MigrationError,
     QueueWorkflowsError,
     ReservedQueueError,
@@ -41,7 +44,7 @@ EXIT_USAGE = 2
 EXIT_FAILED = 1
 """What may pass on its own: Postgres unreachable, or another engine error."""
 
-_MUST_FIX = (ConfigError, InvalidNameError, UnknownQueueError, ReservedQueueError, MigrationError)
+_MUST_FIX = (ConfigError, InvalidNameError, InvalidPayloadError, UnknownQueueError, ReservedQueueError, MigrationError)
 
 # The head of the queue, as the claim index orders it: bounded, however deep the queue.
 _HEAD_TASK_NAMES = (
@@ -152,6 +155,26 @@ def on_stop_signals(callback: Callable[[], None]) -> threading.Event:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _relay.handler)
     return _relay.received
+
+
+class ToolParser(argparse.ArgumentParser):
+    """argparse whose errors are one short usage line and one error line (exit 2), not the full usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"usage: {short_usage(self)}\n{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def short_usage(parser: argparse.ArgumentParser) -> str:
+    """`prog` with its positionals and required options only; `--help` tells the rest."""
+    parts = [parser.prog]
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public list of its arguments
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            parts.append("COMMAND")
+        elif not action.option_strings:
+            parts.append(str(action.metavar) if action.metavar else "{" + ",".join(map(str, action.choices)) + "}" if action.choices else action.dest)
+        elif action.required:
+            parts.append(f"{action.option_strings[-1]} {action.metavar or action.dest.upper()}")
+    return " ".join(parts) + f" [options] (see {parser.prog} --help)"
 
 
 def failure(exc: BaseException) -> tuple[int, str] | None:

@@ -15,7 +15,10 @@ from psycopg.types.json import Jsonb
 from .errors import InvalidPayloadError
 
 MAX_JSON_DEPTH = 100
-"""Deepest nesting of objects/arrays accepted in args, inputs and results."""
+"""Deepest nesting of objects/arrays accepted in args, inputs, results and a workflow's node inputs/skip_if."""
+
+MAX_NAME_CHARS = 200
+"""Longest workflow name, and longest free-text note (reason, requested_by)."""
 
 _PATH_KEY_CHARS = 40
 
@@ -58,6 +61,18 @@ def check_text(value: object, *, what: str, max_chars: int) -> str:
     problem = text_problem(value)
     if problem:
         raise InvalidPayloadError(f"{what} contains {problem}")
+    return value
+
+
+def check_note(value: object, *, what: str, max_chars: int = MAX_NAME_CHARS) -> str | None:
+    """An optional note (a reason, a requested_by): None, or text `check_text` accepts."""
+    return None if value is None else check_text(value, what=what, max_chars=max_chars)
+
+
+def check_id(value: object, *, what: str) -> int:
+    """A row id: a positive integer a bigint holds (never a bool or a numeric string)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise InvalidPayloadError(f"{what} must be a positive integer, not {shown(value)}")
     return value
 
 

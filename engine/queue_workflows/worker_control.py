@@ -19,18 +19,20 @@ import getpass
 import json
 import logging
 import socket
+import sys
 from collections.abc import Sequence
+from typing import Any
 
-from . import app_loader, node_queue
-from .control.api import POLICIES, desired_state_for, disable_worker, enable_worker, list_controls
+from . import admin, app_loader, node_queue
+from .control.api import POLICIES, check_switch, desired_state_for, disable_worker, enable_worker, list_controls
 
-__all__ = ["desired_state_for", "disable_worker", "enable_worker", "list_controls", "main"]
+__all__ = ["desired_state_for", "disable_worker", "enable_worker", "list_controls", "main", "switch_from_shell"]
 
 log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queue-worker-control", description="Turn one (host, queue) worker OFF or ON.")
+    parser = app_loader.ToolParser(prog="queue-worker-control", description="Turn one (host, queue) worker OFF or ON.")
     parser.add_argument("--queue", required=True, help="cpu, gpu, or a configured ingest queue")
     parser.add_argument("--host", default=None, help="the worker's host label (default: this host's QW_HOST_LABEL)")
     state = parser.add_mutually_exclusive_group(required=True)
@@ -51,20 +53,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _switch(args: argparse.Namespace) -> int:
     settings = app_loader.load_app(args.app).config.settings  # the app's configure() decides the database
-    if args.queue not in node_queue.NODE_QUEUES:
-        node_queue.check_ingest_queue(args.queue)
-    host = args.host or settings.host_label
-    who = f"{getpass.getuser()}@{socket.gethostname()}"
-    if args.off:
-        row = disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
-    else:
-        row = enable_worker(host, args.queue, requested_by=who, reason=args.reason)
-    if args.json:
-        print(json.dumps(row, default=str, sort_keys=True))
-    else:
-        policy = f" ({row['stop_policy']})" if row["desired_state"] == "off" else ""
-        print(f"{row['host_label']}/{row['queue']}: {row['desired_state'].upper()}{policy}")
+    row = switch_from_shell("off" if args.off else "on", args.queue, args.host, default_host=settings.host_label,
+                            policy=args.policy, reason=args.reason)
+    print(json.dumps(row, default=str, sort_keys=True) if args.json else describe(row))
     return 0
+
+
+def switch_from_shell(state: str, queue: str, host: str | None, *, default_host: str, policy: str = "hard",
+                      reason: str | None = None) -> dict[str, Any]:
+    """What `queue-worker-control` and `qw worker on|off` do: check every argument, warn on stderr
+    when no worker has that host label, then write the switch; returns the row.
+
+    `host=None` means this host (`default_host`); an empty or invalid one is refused, never
+    taken for this host.
+    """
+    host = default_host if host is None else host
+    if queue not in node_queue.NODE_QUEUES:
+        node_queue.check_ingest_queue(queue)
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    check_switch(host, queue, policy, requested_by=who, reason=reason)
+    if not any(w["host_label"] == host for w in admin.worker_list()):
+        print(f"warning: no worker on host {host!r} has a heartbeat row; is the host label right? (the switch is kept for when it starts)",
+              file=sys.stderr)
+    if state == "off":
+        return disable_worker(host, queue, policy, requested_by=who, reason=reason)  # type: ignore[arg-type]
+    return enable_worker(host, queue, requested_by=who, reason=reason)
+
+
+def describe(row: dict[str, Any]) -> str:
+    """One line for a switch row: `host/queue: OFF (hard)` or `host/queue: ON`."""
+    policy = f" ({row['stop_policy']})" if row["desired_state"] == "off" else ""
+    return f"{row['host_label']}/{row['queue']}: {row['desired_state'].upper()}{policy}"
 
 
 if __name__ == "__main__":

@@ -66,10 +66,10 @@ def _migrate(to: int | None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     app_help = "application module imported first; its configure() applies (default: QW_APP)"
-    parser = argparse.ArgumentParser(prog="qw", description="queue_workflows command line")
+    parser = app_loader.ToolParser(prog="qw", description="queue_workflows command line")
     parser.add_argument("--app", default=None, help=app_help)
     # Also accepted after the subcommand; SUPPRESS keeps a missing one from hiding the global one.
-    app_too = argparse.ArgumentParser(add_help=False)
+    app_too = app_loader.ToolParser(add_help=False)
     app_too.add_argument("--app", default=argparse.SUPPRESS, help=app_help)
     sub = parser.add_subparsers(dest="command", required=True)
     dev = sub.add_parser("dev", parents=[app_too], help="run orchestrator + workers + demo app (embedded Postgres if QW_DATABASE_URL is unset)")

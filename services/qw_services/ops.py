@@ -131,21 +131,10 @@ def _run(args: argparse.Namespace, host_label: str) -> int:
 
 
 def _switch(args: argparse.Namespace, host_label: str) -> int:
-    if args.queue not in node_queue.NODE_QUEUES:
-        node_queue.check_ingest_queue(args.queue)
-    host = args.host or host_label
-    who = _operator()
-    if not any(w["host_label"] == host for w in admin.worker_list()):
-        print(f"warning: no worker on host {host!r} has a heartbeat row; is the host label right? (the switch is kept for when it starts)",
-              file=sys.stderr)
-    if args.switch == "off":
-        row = worker_control.disable_worker(host, args.queue, args.policy, requested_by=who, reason=args.reason)
-    else:
-        row = worker_control.enable_worker(host, args.queue, requested_by=who, reason=args.reason)
+    row = worker_control.switch_from_shell(args.switch, args.queue, args.host, default_host=host_label, policy=args.policy, reason=args.reason)
     if args.json:
         return _dump(row)
-    policy = f" ({row['stop_policy']})" if row["desired_state"] == "off" else ""
-    print(f"{row['host_label']}/{row['queue']}: {row['desired_state'].upper()}{policy}")
+    print(worker_control.describe(row))
     return 0
 
 

@@ -8,6 +8,7 @@ from psycopg.rows import dict_row
 
 from .. import db, queries
 from ..errors import InvalidNameError, InvalidPayloadError
+from ..payloads import check_note, shown
 from ..settings import HOST_LABEL_RE, QUEUE_NAME_RE
 
 POLICIES = ("hard", "park")
@@ -16,18 +17,22 @@ Policy = Literal["hard", "park"]
 
 def _check(host_label: object, queue: object) -> None:
     if not isinstance(host_label, str) or not HOST_LABEL_RE.match(host_label):
-        raise InvalidNameError(f"host label {host_label!r} is invalid: letters, digits, '.', '_', '-' (max 63)")
+        raise InvalidNameError(f"host label {shown(host_label)} is invalid: letters, digits, '.', '_', '-' (max 63)")
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
-        raise InvalidNameError(f"queue name {queue!r} is invalid: lowercase letters, digits and _, max 32")
+        raise InvalidNameError(f"queue name {shown(queue)} is invalid: lowercase letters, digits and _, max 32")
+
+
+def check_switch(host_label: object, queue: object, policy: object = "hard", *, requested_by: object = None, reason: object = None) -> None:
+    """Refuse, before anything is written, a switch the table cannot take (names, policy, notes)."""
+    _check(host_label, queue)
+    if policy not in POLICIES:
+        raise InvalidPayloadError(f"stop policy must be one of {', '.join(POLICIES)}, not {shown(policy)}")
+    check_note(requested_by, what="requested_by")
+    check_note(reason, what="reason")
 
 
 def _set(host_label: str, queue: str, state: str, policy: str, requested_by: str | None, reason: str | None, conn: db.Conn | None) -> dict[str, Any]:
-    _check(host_label, queue)
-    if policy not in POLICIES:
-        raise InvalidPayloadError(f"stop policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    for label, text in (("requested_by", requested_by), ("reason", reason)):
-        if text is not None and (not isinstance(text, str) or len(text) > 200 or "\x00" in text):
-            raise InvalidPayloadError(f"{label} must be a string of at most 200 characters without NUL")
+    check_switch(host_label, queue, policy, requested_by=requested_by, reason=reason)
     params = {"host_label": host_label, "queue": queue, "desired_state": state, "stop_policy": policy,
               "requested_by": requested_by, "reason": reason}
     with db.transaction(conn) as c:

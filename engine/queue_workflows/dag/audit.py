@@ -14,7 +14,7 @@ from typing import Any, Literal
 from psycopg.rows import dict_row
 
 from .. import db
-from ..payloads import check_text
+from ..payloads import check_id, check_text
 from ..queries import parse_named_queries
 
 Action = Literal["cancel", "restart", "input"]
@@ -43,5 +43,6 @@ def record(cur: Any, run_id: int, action: Action, *, requested_by: str | None, d
 
 def run_actions(run_id: int, *, conn: db.Conn | None = None) -> list[dict[str, Any]]:
     """The run's actions, oldest first: action, node_name, requested_by, detail, at."""
+    check_id(run_id, what="run id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
         return list(cur.execute(_queries()["run_actions"], {"run_id": run_id}).fetchall())

@@ -13,7 +13,9 @@
   nodes that are ready. The unique (run_id, node_name) makes a duplicate node impossible.
 - `reconcile_runs(conn)`: the orchestrator's sweep for a running run with no live node and no
   pending outbox event (a crash in an odd place, an event deleted by hand): the pure dispatcher
-  re-derives its next step from the node states, or finishes/fails it.
+  re-derives its next step from the node states, or finishes/fails it. A run whose step keeps
+  raising (a definition written by hand with a cycle) is poison-flagged after
+  `dispatch_max_attempts` sweeps, as the outbox does, and left for an operator.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .. import db
+from .. import config, db
 from ..errors import QueueWorkflowsError
-from ..payloads import check_text
+from ..payloads import check_id, check_note, clean_text
 from . import audit, store
 from .definition import Workflow
 
@@ -44,8 +46,7 @@ class RunStateError(QueueWorkflowsError, LookupError):
 
 
 def _locked_run(cur: Any, run_id: int) -> dict[str, Any]:
-    if isinstance(run_id, bool) or not isinstance(run_id, int):
-        raise RunStateError(f"run id must be an integer, not {run_id!r}")
+    check_id(run_id, what="run id")
     run = cur.execute(store.q("dag_lock_run"), {"run_id": run_id}).fetchone()
     if run is None:
         raise RunStateError(f"no workflow run {run_id}")
@@ -70,8 +71,7 @@ def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, re
     or has already ended (completed, failed or cancelled). `requested_by` goes in the run's
     audit trail (`run_actions`).
     """
-    if reason is not None:
-        check_text(reason, what="reason", max_chars=200)
+    check_note(reason, what="reason")
     audit.check_requested_by(requested_by)
     note = f"cancelled by the operator: {reason}" if reason else "cancelled by the operator"
     with write_cursor(conn) as cur:
@@ -91,7 +91,8 @@ def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn |
     """Put a failed or cancelled run back to running. Returns {'run_id', 'reset': [names], 'enqueued': [names]}.
 
     Only failed/cancelled nodes are reset (fresh attempts) and never-run ready nodes enqueued;
-    completed and skipped nodes keep their rows and outputs. RunStateError for a run that is
+    completed and skipped nodes keep their rows and outputs. Input answers not applied yet are
+    rejected: a reset input step waits for a new one. RunStateError for a run that is
     missing, still running, or completed. `requested_by` goes in the run's audit trail.
     """
     audit.check_requested_by(requested_by)
@@ -101,20 +102,28 @@ def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn |
             raise RunStateError(f"run {run_id} is {run['status']}: only a failed or cancelled run can be restarted")
         wf = Workflow.from_dict(run["definition"])
         cur.execute(store.q("dag_restart_run"), {"run_id": run_id})  # first: the cancelled-run guard must not fire
+        stale = cur.execute(store.q("dag_reject_stale_submissions"),
+                            {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
         input_steps = [n.id for n in wf.nodes if n.is_input]
         reset = cur.execute(store.q("dag_reset_nodes"), {"run_id": run_id, "input_steps": input_steps}).fetchall()
         step = store.advance_run(cur.connection, run_id)
-        audit.record(cur, run_id, "restart", requested_by=requested_by, detail=f"was {run['status']}")
+        detail = f"was {run['status']}" + (f"; {len(stale)} unapplied input answer(s) rejected" if stale else "")
+        audit.record(cur, run_id, "restart", requested_by=requested_by, detail=detail)
     return {"run_id": run_id, "reset": [r["node_name"] for r in reset], "enqueued": list(step.enqueue) if step else []}
 
 
-def reconcile_runs(conn: db.Conn, *, limit: int = 100) -> list[int]:
+_reconcile_failures: dict[int, int] = {}  # run id -> sweeps in a row whose step raised, in this process
+
+
+def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None = None) -> list[int]:
     """Advance every stalled running run (no live node, no pending event) once; returns their ids.
 
-    Each run is advanced in a savepoint, so
-    one whose step raises (it is logged) does not stop the others; runs another process holds
-    are skipped this time.
+    Each run is advanced in a savepoint, so one whose step raises does not stop the others (one
+    log line, no traceback: the error is deterministic more often than not); after `max_attempts`
+    (default `dispatch_max_attempts`) failed sweeps the run is poison-flagged and no longer swept.
+    Runs another process holds are skipped this time.
     """
+    limit_attempts = max_attempts or config.current().settings.dispatch_max_attempts
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         for row in cur.execute(store.q("dag_stalled_runs"), {"limit": limit}).fetchall():
@@ -123,13 +132,25 @@ def reconcile_runs(conn: db.Conn, *, limit: int = 100) -> list[int]:
                     step = store.advance_run(conn, row["id"])
             except psycopg.OperationalError:
                 raise
-            except Exception:  # noqa: BLE001 - one broken run must not stall the sweep
-                log.exception("reconcile: run %s could not be advanced", row["id"])
+            except Exception as exc:  # noqa: BLE001 - one broken run must not stall the sweep
+                _reconcile_failed(cur, row["id"], exc, limit_attempts)
                 continue
+            _reconcile_failures.pop(row["id"], None)
             if step is not None:
                 log.warning("reconcile: run %s had no live node and no pending event; %s", row["id"], _describe(step))
                 repaired.append(row["id"])
     return repaired
+
+
+def _reconcile_failed(cur: Any, run_id: int, exc: Exception, max_attempts: int) -> None:
+    attempts = _reconcile_failures[run_id] = _reconcile_failures.get(run_id, 0) + 1
+    error = clean_text(f"{type(exc).__name__}: {exc}")[:2000]
+    if attempts < max_attempts:
+        log.warning("reconcile: run %s could not be advanced (attempt %d/%d): %s", run_id, attempts, max_attempts, error)
+        return
+    cur.execute(store.q("dag_poison_run"), {"run_id": run_id, "error": f"reconcile poisoned after {attempts} attempts: {error}"})
+    _reconcile_failures.pop(run_id, None)
+    log.error("run %s: reconcile POISONED after %d attempts (left for an operator: cancel or fix it): %s", run_id, attempts, error)
 
 
 def _describe(step: Any) -> str:
@@ -141,6 +162,7 @@ def _describe(step: Any) -> str:
 
 def run_cancelled(run_id: int, *, conn: db.Conn | None = None) -> bool:
     """True when the run is cancelled (or gone): the cooperative flag a long node may poll."""
+    check_id(run_id, what="run id")
     with db.transaction(conn) as c:
         row = c.execute(store.q("dag_run_state"), {"run_id": run_id}).fetchone()
     return row is None or row["status"] == "cancelled"

@@ -109,13 +109,11 @@ class Workflow:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workflow:
-        from .validate import WorkflowValidationError
+        from .validate import WorkflowValidationError, check_workflow_name
 
         if not isinstance(data, Mapping):
             raise WorkflowValidationError(f"a workflow must be a mapping with 'name' and 'nodes', not {type(data).__name__}")
-        name = data.get("name")
-        if not isinstance(name, str) or not name:
-            raise WorkflowValidationError(f"workflow: 'name' must be a non-empty string, not {name!r}")
+        name = check_workflow_name(data.get("name"))  # before any message quotes it
         raw_nodes = data.get("nodes")
         if not isinstance(raw_nodes, list):
             raise WorkflowValidationError(f"workflow {name!r}: 'nodes' must be a list, not {type(raw_nodes).__name__}")

@@ -8,6 +8,8 @@ each in one transaction: the node becomes `completed` with the value as its outp
 submission becomes `applied` - or `rejected` with the reason (the node is not awaiting input, the
 run is not running, the value is not a JSON object), changing nothing else. A submission left in
 `processing` by a listener that died is put back to `pending` after `stale_seconds`.
+`restart_run` rejects every submission not applied yet: it answered the run's previous life.
+Everything that touches a run's submissions locks the run row first, so they serialise.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from .. import config, db
 from ..errors import InvalidPayloadError, QueueWorkflowsError
-from ..payloads import json_object
+from ..payloads import check_id, json_object, shown
 from . import audit, store
 from .control import write_cursor
 
@@ -45,15 +47,14 @@ def submit_input(run_id: int, node_name: str, value: Any, *, requested_by: str |
     `requested_by` goes in the run's audit trail with the submission id.
     """
     audit.check_requested_by(requested_by)
-    if isinstance(run_id, bool) or not isinstance(run_id, int):
-        raise InvalidPayloadError(f"run id must be an integer, not {run_id!r}")
+    check_id(run_id, what="run id")
     if not isinstance(node_name, str) or not node_name:
-        raise InvalidPayloadError(f"node name must be a non-empty string, not {node_name!r}")
+        raise InvalidPayloadError(f"node name must be a non-empty string, not {shown(node_name)}")
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"an input value must be a JSON object (it becomes the node's output), not {type(value).__name__}")
     payload = json_object(value, what="input value", max_bytes=config.current().settings.max_payload_bytes)
     with write_cursor(conn) as cur:
-        run = cur.execute(store.q("dag_get_run"), {"run_id": run_id}).fetchone()
+        run = cur.execute(store.q("dag_lock_run"), {"run_id": run_id}).fetchone()  # serialises with restart_run
         _check_awaited(cur, run, run_id, node_name)
         row = cur.execute(store.q("dag_insert_submission"), {"run_id": run_id, "node_name": node_name, "value": payload}).fetchone()
         audit.record(cur, run_id, "input", requested_by=requested_by, detail=f"submission {row['id']}", node_name=node_name)
@@ -85,10 +86,14 @@ def claim_submissions(conn: db.Conn, listener: str, *, limit: int = 100) -> list
 def apply_submission(conn: db.Conn, submission_id: int, listener: str) -> str | None:
     """Apply one claimed submission in one transaction: 'applied', 'rejected', or None (no longer ours)."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        sub = cur.execute(store.q("dag_lock_submission"), {"id": submission_id, "listener": listener}).fetchone()
-        if sub is None:
+        claim = {"id": submission_id, "listener": listener}
+        seen = cur.execute(store.q("dag_get_submission"), claim).fetchone()
+        if seen is None:
             return None  # reclaimed meanwhile, or another listener has it now
-        run = cur.execute(store.q("dag_lock_run"), {"run_id": sub["run_id"]}).fetchone()  # serialises with cancel_run
+        run = cur.execute(store.q("dag_lock_run"), {"run_id": seen["run_id"]}).fetchone()  # the run first, as restart_run
+        sub = cur.execute(store.q("dag_lock_submission"), claim).fetchone()
+        if sub is None:
+            return None  # rejected by a restart meanwhile, or reclaimed
         error = None
         try:
             _check_awaited(cur, run, sub["run_id"], sub["node_name"])

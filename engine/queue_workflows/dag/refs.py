@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import QueueWorkflowsError
 
+CONTEXT = "context"  # a path's first segment naming the run's initial context; no node may take this id
 OPERATORS = frozenset({"$value", "$from", "$eq", "$ne", "$filter"})
 
 
@@ -55,7 +56,7 @@ class Scope:
     def lookup(self, path: str) -> Any:
         segments = path.split(".")
         head = segments[0]
-        if head == "context":
+        if head == CONTEXT:
             value: Any = self.context
             rest = segments[1:]
         elif head in self.node_ids or head in self.outputs:

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from .. import config, db
 from ..errors import InvalidPayloadError
-from ..payloads import json_object
+from ..payloads import check_id, json_object
 from ..queries import parse_named_queries
 from . import dispatcher, hooks, refs
 from .definition import Workflow
@@ -180,6 +180,7 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
 
 def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
     """The run and every node of its definition: status ('pending' before it exists), attempts, output, error."""
+    check_id(run_id, what="run id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
         run = cur.execute(q("dag_get_run"), {"run_id": run_id}).fetchone()
         if run is None:

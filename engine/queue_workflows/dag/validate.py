@@ -7,12 +7,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import QueueWorkflowsError
+from .. import config
+from ..errors import InvalidPayloadError, QueueWorkflowsError
+from ..payloads import MAX_NAME_CHARS, check_json_tree, check_text, shown
 from . import refs
 from .definition import KINDS, Node, Workflow, as_workflow
 
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 QUEUES = ("cpu", "gpu")
+RESERVED_IDS = frozenset({refs.CONTEXT})  # a `$from` path's first segment: a node by this name would be unreachable
 
 
 class WorkflowValidationError(QueueWorkflowsError, ValueError):
@@ -22,6 +25,7 @@ class WorkflowValidationError(QueueWorkflowsError, ValueError):
 def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True) -> Workflow:
     """The workflow, checked: ids, queues/models, deps, cycles, references, callables (importable)."""
     wf = as_workflow(workflow)
+    check_workflow_name(wf.name)
     name = wf.name
     if not wf.nodes:
         raise WorkflowValidationError(f"workflow {name!r} has no nodes")
@@ -59,10 +63,20 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
     return wf
 
 
+def check_workflow_name(name: object) -> str:
+    """A workflow's name: 1 to MAX_NAME_CHARS characters Postgres can store (never echoed back)."""
+    try:
+        return check_text(name, what="workflow name", max_chars=MAX_NAME_CHARS)
+    except InvalidPayloadError as exc:
+        raise WorkflowValidationError(f"workflow: {exc}") from None
+
+
 def _check_node(name: str, node: Node) -> None:
     if not isinstance(node.id, str) or not _ID_RE.match(node.id):
-        raise WorkflowValidationError(f"workflow {name!r}: node id {node.id!r} is invalid (letters, digits, _ and -, max 128)")
+        raise WorkflowValidationError(f"workflow {name!r}: node id {shown(node.id)} is invalid (letters, digits, _ and -, max 128)")
     where = f"workflow {name!r}: node {node.id!r}"
+    if node.id in RESERVED_IDS:
+        raise WorkflowValidationError(f"{where}: the id {node.id!r} is reserved: {{'$from': '{node.id}.x'}} reads the run's context")
     if node.kind not in KINDS:
         raise WorkflowValidationError(f"{where}: kind must be 'task' or 'input', not {node.kind!r}")
     if node.is_input:
@@ -96,6 +110,10 @@ def _check_node(name: str, node: Node) -> None:
 
 def _check_refs(name: str, node: Node) -> None:
     where = f"workflow {name!r}: node {node.id!r}"
+    try:  # first, iteratively: the reference walk below recurses, and Postgres refuses NUL and lone surrogates
+        check_json_tree({"inputs": node.inputs, "skip_if": node.skip_if}, what=where, max_nodes=config.current().settings.max_payload_bytes)
+    except InvalidPayloadError as exc:
+        raise WorkflowValidationError(str(exc)) from None
     try:
         for key, expr in node.inputs.items():
             refs.check(expr, f"{where}: input {key!r}")

@@ -145,6 +145,12 @@ SELECT r.id
  LIMIT %(limit)s
    FOR UPDATE OF r SKIP LOCKED;
 
+-- name: dag_poison_run
+-- A stalled run whose step keeps raising: flagged, so the sweep (which skips poisoned runs) stops.
+UPDATE workflow_runs
+   SET poisoned_at = now(), error = %(error)s, updated_at = now()
+ WHERE id = %(run_id)s AND poisoned_at IS NULL;
+
 -- name: dag_run_state
 SELECT status FROM workflow_runs WHERE id = %(run_id)s;
 
@@ -164,6 +170,17 @@ UPDATE workflow_input_submissions s
  WHERE s.id IN (SELECT id FROM workflow_input_submissions
                  WHERE status = 'pending' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 RETURNING s.*;
+
+-- name: dag_get_submission
+SELECT * FROM workflow_input_submissions
+ WHERE id = %(id)s AND status = 'processing' AND claimed_by = %(listener)s;
+
+-- name: dag_reject_stale_submissions
+-- Answers to a run's previous life: a restarted input step waits for a new one.
+UPDATE workflow_input_submissions
+   SET status = 'rejected', error = %(error)s, processed_at = now()
+ WHERE run_id = %(run_id)s AND status IN ('pending', 'processing')
+RETURNING id;
 
 -- name: dag_lock_submission
 SELECT * FROM workflow_input_submissions

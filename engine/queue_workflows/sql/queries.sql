@@ -311,6 +311,10 @@ UPDATE {table}
  WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
+-- name: lock_run_of_node_job
+-- The run a node job belongs to, locked as the dispatcher locks it, so its state holds until the retry commits.
+SELECT id, status FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
+
 -- name: schedule_now
 SELECT clock_timestamp() AS now;
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,18 @@ def _password(path: Path | None) -> str | None:
     return text
 
 
+def _check_listen(addr: str, port: int) -> None:
+    """A ConfigError (exit 2) for an address this machine cannot listen on; uvicorn would exit 3 after a log line."""
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot listen on {addr!r} port {port} (QW_DASHBOARD_ADDR / --addr, QW_DASHBOARD_PORT / --port): {reason}") from None
+
+
 def serve(args: argparse.Namespace) -> int:
     """Apply the flags over the settings, check the database once, then serve until SIGTERM/Ctrl-C."""
     import uvicorn
@@ -62,6 +75,7 @@ def serve(args: argparse.Namespace) -> int:
     if given:  # a flag wins over the environment, and is validated like it
         config.configure(db_url_env=config.current().db_url_env, **(config.current().settings.model_dump() | given))
     settings = config.current().settings
+    _check_listen(settings.dashboard_addr, settings.dashboard_port)
     password = _password(args.password_file)
     db.check_database(url=config.current().database_url())
     app = create_app(password=password)
