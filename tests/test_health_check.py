@@ -1,4 +1,5 @@
-"""`qw health worker|orchestrator|schema`, the containers' HEALTHCHECK, against real processes."""
+"""`qw health worker|orchestrator|schema` for operators, against real processes (the images'
+HEALTHCHECK reads the stamp file each service rewrites: tests/test_health_stamp.py)."""
 
 from __future__ import annotations
 
@@ -115,3 +116,18 @@ def test_schema_health_needs_the_migrations(database_url, scratch_database_url):
     assert _health(database_url, "schema").returncode == 0
     bare = _health(scratch_database_url, "schema")
     assert bare.returncode == 1 and "qw migrate" in bare.stderr
+
+
+def test_a_worker_of_another_database_on_the_same_host_decides_nothing(database_url, scratch_database_url, procs):
+    """On a host (not in a container) other workers run beside ours; their notes match no row here."""
+    from queue_workflows import db
+
+    db.bootstrap(url=scratch_database_url)
+    foreign = procs.worker(service_env(scratch_database_url), "fetch")
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(scratch_database_url, [foreign])
+    wait_workers_ready(database_url, [worker])
+    id_notes.forget(worker.pid)  # ours is matched by pid and start time; the foreign one left its note
+    ok = _health(database_url, "worker", "--queue", "fetch")
+    assert ok.returncode == 0, ok.stderr
+    assert f":fetch:{worker.pid}:" in ok.stdout, ok.stdout

@@ -61,10 +61,15 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
     local = pids()
     if not local:
         raise Unhealthy("no claim-worker process runs here")
-    noted = [wid for pid, started in local.items() if (wid := id_notes.read(pid, started))]
-    if noted:  # the worker said which row is its own
-        mine = _rows("worker_rows_by_id", {"worker_ids": noted, "queue": queue})
-    else:
+    notes = {pid: wid for pid, started in local.items() if (wid := id_notes.read(pid, started))}
+    noted = list(notes.values())
+    # A worker that noted its id names its row. Notes of workers using another database (other
+    # processes on a host, not in a container) match nothing here: the workers without a note
+    # are then matched by pid and start time, and a noted worker never by its pid.
+    mine = _rows("worker_rows_by_id", {"worker_ids": noted, "queue": queue}) if noted else []
+    unnoted = {pid: started for pid, started in local.items() if pid not in notes}
+    if not mine and unnoted:
+        local = unnoted
         rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
         # Replicas on one host can share a pid: ours started no earlier than our process did, and
         # of those, nearest to it (a replica scaled up seconds later has the same pid).
