@@ -164,6 +164,29 @@ def test_registered_callables_run_outside_the_allowed_packages(myapp, database_u
         queue_workflows.start_run(Workflow("other").node("d", "tests_elsewhere:double"), {})
 
 
+def test_a_workflow_provider_naming_os_system_is_refused(myapp, database_url):
+    queue_workflows.set_workflow_provider(lambda name: {"name": name, "nodes": [{"id": "x", "call": "os:system"}]})
+    with pytest.raises(WorkflowValidationError, match="node 'x': node callable 'os:system' is not allowed"):
+        queue_workflows.start_run("provided", {})
+    assert counts(database_url) == (0, 0)
+
+
+def test_a_restart_replays_a_rewritten_call_and_the_worker_refuses_it(myapp, database_url, conn, tmp_path):
+    from queue_workflows.claim_worker import ClaimWorker
+
+    marker = tmp_path / "ran"
+    run_id = queue_workflows.start_run(Workflow("r").node("a", "myapp.tasks:write", inputs={"path": str(marker)}, max_attempts=1), {})
+    queue_workflows.cancel_run(run_id)
+    # Anyone who can write the queue can rewrite a stored call; an operator's restart replays it.
+    conn.execute("UPDATE workflow_node_jobs SET node_module = 'os:system', inputs = %s WHERE run_id = %s",
+                 (psycopg.types.json.Jsonb({"command": f"touch {marker}"}), run_id))
+    assert queue_workflows.restart_run(run_id, requested_by="operator")["reset"] == ["a"]
+    assert ClaimWorker("cpu", max_jobs=1).run_forever() == 0
+    row = conn.execute("SELECT status, error FROM workflow_node_jobs WHERE run_id = %s", (run_id,)).fetchone()
+    assert not marker.exists(), "the rewritten call ran"
+    assert row["status"] == "failed" and "node callable 'os:system' is not allowed" in row["error"], row
+
+
 def _insert_node(url: str, module: str, inputs: dict, *, dag: bool = True) -> int:
     """A node job row written by plain SQL, as any role that can write the queue can."""
     rows = query(
