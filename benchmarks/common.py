@@ -121,7 +121,8 @@ def qw_database(server_url: str) -> str:
 
     url = testing.create_database(server_url, "qwbench_qw")
     db.bootstrap(url=url)
-    queue_workflows.configure(database_url=url, ingest_queues=frozenset({"fetch"}))
+    # The driver enqueues the bench apps' nodes; their workers allow them through QW_APP.
+    queue_workflows.configure(database_url=url, ingest_queues=frozenset({"fetch"}), node_packages=frozenset({"bench_app", "bench_gpu"}))
     import bench_app  # noqa: F401 - registers the bench tasks so enqueue validates them
 
     return url

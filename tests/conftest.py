@@ -23,9 +23,10 @@ from queue_workflows.dag import hooks as dag_hooks
 from queue_workflows.gpu import registry as model_registry
 
 import qw_test_app
-from procs import TEST_INGEST_QUEUES, PrivatePostgres, Procs
+from procs import TEST_INGEST_QUEUES, TEST_NODE_PACKAGES, PrivatePostgres, Procs
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a test reads it, as a deployment would
 
 TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "app_migrations"

@@ -17,6 +17,9 @@ T = TypeVar("T")
 # The ingest queues the test configuration names (here, not in conftest: a test importing
 # `conftest` by name would get whichever conftest.py pytest loaded last, e.g. tests/e2e's).
 TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
+# The packages whose modules the tests' node jobs may run (QW_NODE_PACKAGES): set for the whole
+# test session (conftest) and for every service process a test starts.
+TEST_NODE_PACKAGES = "qw_test_nodes,qw_dag_nodes,qw_dag_cancel_nodes,qw_gpu_nodes,qw_poison_nodes,qw_demo"
 TESTS_DIR = Path(__file__).resolve().parent
 
 
@@ -36,6 +39,7 @@ def service_env(database_url: str, **overrides: str) -> dict[str, str]:
         QW_INGEST_QUEUES="fetch,load,alpha,beta",
         QW_LOG_LEVEL="INFO",
         QW_GPU_CPU_FALLBACK="1",  # no GPU here: gpu workers run their jobs on the CPU
+        QW_NODE_PACKAGES=TEST_NODE_PACKAGES,
         PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH", "")])),
     )
     env.update(overrides)

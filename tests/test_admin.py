@@ -51,7 +51,7 @@ def test_cancel_and_retry(database_url, conn):
 
 def test_references_and_filters_are_validated(database_url):
     ingest = node_queue.enqueue_ingest_job("ok", "fetch")
-    node = node_queue.enqueue_node_job("n", "cpu")
+    node = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes")
     assert ingest["id"] == node["id"] == 1
     with pytest.raises(InvalidNameError, match="ingest:1 and node:1"):
         admin.job_detail("1")

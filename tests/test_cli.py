@@ -15,7 +15,7 @@ def test_status_json_reports_every_queue(database_url, capsys, monkeypatch):
     monkeypatch.setenv("QW_INGEST_QUEUES", "fetch,load,alpha,beta")
     register_ingest_task("t", lambda reason: {})
     node_queue.enqueue_ingest_job("t", "alpha")
-    node_queue.enqueue_node_job("n", "gpu")
+    node_queue.enqueue_node_job("n", "gpu", node_module="qw_test_nodes")
     assert cli.main(["status", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ingest"]["alpha"]["queued"] == 1 and data["node"]["gpu"]["queued"] == 1

@@ -275,12 +275,12 @@ def gpu_claim(vram_available_gb, loaded=()):
 
 def test_a_claim_takes_only_models_that_fit_the_free_vram(database_url, conn):
     conn.execute("INSERT INTO gpu_models (model_id, est_vram_gb) VALUES ('big', 8), ('small', 2)")
-    big = node_queue.enqueue_node_job("b", "gpu", required_model="big")["id"]
-    small = node_queue.enqueue_node_job("s", "gpu", required_model="small")["id"]
+    big = node_queue.enqueue_node_job("b", "gpu", node_module="qw_test_nodes", required_model="big")["id"]
+    small = node_queue.enqueue_node_job("s", "gpu", node_module="qw_test_nodes", required_model="small")["id"]
     assert gpu_claim(4)["id"] == small
     assert gpu_claim(4) is None  # 8 GB does not fit in 4
     assert gpu_claim(4, loaded=["big"])["id"] == big  # already loaded here: nothing more to fit
-    node_queue.enqueue_node_job("b2", "gpu", required_model="big")
+    node_queue.enqueue_node_job("b2", "gpu", node_module="qw_test_nodes", required_model="big")
     assert gpu_claim(None)["required_model"] == "big"  # VRAM unknown (CPU fallback): no check
 
 
@@ -306,8 +306,8 @@ def live_gpu_worker(conn, database_url, name: str, key: int, total_gb: float):
 
 def test_a_job_no_live_worker_can_fit_is_flagged_and_unflagged_when_one_appears(database_url, conn):
     conn.execute("INSERT INTO gpu_models (model_id, est_vram_gb) VALUES ('huge', 80), ('fine', 10)")
-    huge = node_queue.enqueue_node_job("h", "gpu", required_model="huge")["id"]
-    node_queue.enqueue_node_job("f", "gpu", required_model="fine")
+    huge = node_queue.enqueue_node_job("h", "gpu", node_module="qw_test_nodes", required_model="huge")["id"]
+    node_queue.enqueue_node_job("f", "gpu", node_module="qw_test_nodes", required_model="fine")
     assert jobstore.flag_unassignable(conn) == []  # no live gpu worker reports VRAM yet: nothing decided
     small = live_gpu_worker(conn, database_url, "box-24", 7101, 24)
     try:

@@ -45,7 +45,7 @@ def claim(vram_available_gb: float | None = None, loaded: tuple[str, ...] = (), 
 
 
 def enqueue(model: str | None, n: int = 1) -> list[int]:
-    return [node_queue.enqueue_node_job(f"{model}-{i}", "gpu", required_model=model)["id"] for i in range(n)]
+    return [node_queue.enqueue_node_job(f"{model}-{i}", "gpu", node_module="qw_test_nodes", required_model=model)["id"] for i in range(n)]
 
 
 def models(conn, **gb: float) -> None:
@@ -223,7 +223,7 @@ def test_advisory_lock_namespaces_are_distinct():
 @pytest.mark.parametrize("order", ["highest_first", "lowest_first"])
 def test_a_models_next_job_follows_the_claim_order(database_url, conn, others, order):
     queue_workflows.configure(database_url=database_url, claim_order=order)
-    low_a, high_a, low_b = (node_queue.enqueue_node_job(name, "gpu", required_model=m, priority=p)["id"]
+    low_a, high_a, low_b = (node_queue.enqueue_node_job(name, "gpu", node_module="qw_test_nodes", required_model=m, priority=p)["id"]
                             for name, m, p in (("low-a", "A", 1), ("high-a", "A", 5), ("low-b", "B", 1)))
     others("w-b", 995, loaded=("B",))
     first, second = claim(loaded=("A",))["id"], claim(loaded=("A",))["id"]

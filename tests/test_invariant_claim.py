@@ -44,9 +44,9 @@ def test_lowest_first_hosts_take_the_least_urgent_work(database_url):
 
 
 def test_gpu_claim_prefers_the_warm_model_within_a_priority(database_url):
-    cold = node_queue.enqueue_node_job("a", "gpu", required_model="llama")["id"]
-    warm = node_queue.enqueue_node_job("b", "gpu", required_model="wan")["id"]
-    urgent_cold = node_queue.enqueue_node_job("c", "gpu", required_model="sdxl", priority=3)["id"]
+    cold = node_queue.enqueue_node_job("a", "gpu", node_module="qw_test_nodes", required_model="llama")["id"]
+    warm = node_queue.enqueue_node_job("b", "gpu", node_module="qw_test_nodes", required_model="wan")["id"]
+    urgent_cold = node_queue.enqueue_node_job("c", "gpu", node_module="qw_test_nodes", required_model="sdxl", priority=3)["id"]
     order = []
     while (job := node_queue.claim_node_job("gpu", WORKER, current_model="wan")) is not None:
         order.append(job["id"])
@@ -54,8 +54,8 @@ def test_gpu_claim_prefers_the_warm_model_within_a_priority(database_url):
 
 
 def test_gpu_claim_without_a_loaded_model_prefers_model_free_jobs(database_url):
-    needs_model = node_queue.enqueue_node_job("a", "gpu", required_model="llama")["id"]
-    model_free = node_queue.enqueue_node_job("b", "gpu")["id"]
+    needs_model = node_queue.enqueue_node_job("a", "gpu", node_module="qw_test_nodes", required_model="llama")["id"]
+    model_free = node_queue.enqueue_node_job("b", "gpu", node_module="qw_test_nodes")["id"]
     assert node_queue.claim_node_job("gpu", WORKER, current_model=None)["id"] == model_free
     assert node_queue.claim_node_job("gpu", WORKER, current_model=None)["id"] == needs_model
 

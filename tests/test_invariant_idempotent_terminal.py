@@ -19,7 +19,7 @@ def row(conn, table: str, job_id: int) -> dict:
 
 
 def test_second_completion_returns_none_and_keeps_the_first_result(conn):
-    job = node_queue.enqueue_node_job("n", "cpu")
+    job = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes")
     first = node_queue.mark_completed(job["id"], {"answer": 1})
     assert first["status"] == "completed" and first["context_delta"] == {"answer": 1}
     assert node_queue.mark_completed(job["id"], {"answer": 2}) is None
@@ -50,7 +50,7 @@ def test_cancelled_rows_are_terminal(conn):
     ids=["nan", "object", "list", "nul", "oversize"],
 )
 def test_bad_result_json_fails_before_the_write(conn, bad):
-    job = node_queue.enqueue_node_job("n", "cpu")
+    job = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes")
     with pytest.raises(InvalidPayloadError):
         node_queue.mark_completed(job["id"], bad)
     assert row(conn, "workflow_node_jobs", job["id"])["status"] == "queued"

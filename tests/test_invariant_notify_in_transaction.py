@@ -47,7 +47,7 @@ def test_rollback_leaves_neither_row_nor_notify(database_url, listener, conn):
 
 
 def test_node_job_insert_notifies_its_queue(listener):
-    node_queue.enqueue_node_job("n", "gpu", required_model="m")
+    node_queue.enqueue_node_job("n", "gpu", node_module="qw_test_nodes", required_model="m")
     assert drain(listener) == [("node_job_ready", "gpu")]
 
 
@@ -78,5 +78,5 @@ def test_each_queue_has_a_channel_of_its_own_so_other_queues_workers_sleep_on(da
             assert drain(fetch_worker, 0.1) == []  # still only at commit
         assert drain(fetch_worker) == [("qw_ready_fetch", "fetch")]
         assert drain(load_worker) == [], "an enqueue on fetch woke a load worker"
-        node_queue.enqueue_node_job("n", "cpu")
+        node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes")
         assert drain(fetch_worker) == [] and drain(load_worker) == []

@@ -207,7 +207,7 @@ def test_bad_ingest_input_leaves_the_callers_transaction_untouched(database_url,
 def test_bad_node_inputs_are_refused_before_the_connection_is_touched(database_url, inputs, message):
     with psycopg.connect(database_url) as caller:
         with pytest.raises(InvalidPayloadError, match=message):
-            node_queue.enqueue_node_job("n", "cpu", inputs=inputs, conn=caller)
+            node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", inputs=inputs, conn=caller)
         assert caller.info.transaction_status == TransactionStatus.IDLE
     assert _count(database_url, "workflow_node_jobs") == 0
 
@@ -265,7 +265,7 @@ def test_a_bulk_error_names_the_item_and_its_task_for_every_kind_of_bad_item(dat
 def test_an_out_of_range_run_id_is_refused_before_the_connection_is_touched(database_url, run_id):
     with psycopg.connect(database_url) as caller:
         with pytest.raises(InvalidPayloadError, match="run_id must be a positive 64-bit integer"):
-            node_queue.enqueue_node_job("n", "cpu", run_id=run_id, conn=caller)
+            node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", run_id=run_id, conn=caller)
         assert caller.info.transaction_status == TransactionStatus.IDLE
     assert _count(database_url, "workflow_node_jobs") == 0
 
@@ -276,10 +276,10 @@ def test_a_missing_run_writes_nothing_and_keeps_the_callers_transaction(database
             run_id = caller.execute("INSERT INTO workflow_runs (workflow_name) VALUES ('mine') RETURNING id").fetchone()[0]
             for missing in (run_id + 1000, 2**63 - 1):
                 with pytest.raises(InvalidPayloadError, match=f"run_id {missing} does not exist"):
-                    node_queue.enqueue_node_job("n", "cpu", run_id=missing, conn=caller)
+                    node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", run_id=missing, conn=caller)
                 assert caller.info.transaction_status == TransactionStatus.INTRANS  # not INERROR
             # The run made earlier in this same, still uncommitted, transaction is seen.
-            row = node_queue.enqueue_node_job("n", "cpu", run_id=run_id, conn=caller)
+            row = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", run_id=run_id, conn=caller)
             assert row["run_id"] == run_id
         assert query(database_url, "SELECT run_id FROM workflow_node_jobs") == [{"run_id": run_id}]
 
@@ -289,7 +289,7 @@ def test_enqueue_returns_dict_rows_on_a_plain_tuple_row_connection(database_url)
         one = node_queue.enqueue_ingest_job("t", "fetch", {"i": 1}, conn=caller)
         many = node_queue.enqueue_ingest_jobs([{"task_name": "t", "queue": "load", "args": {"i": i}} for i in range(3)], conn=caller)
         run_id = caller.execute("INSERT INTO workflow_runs (workflow_name) VALUES ('w') RETURNING id").fetchone()[0]
-        node = node_queue.enqueue_node_job("n", "cpu", run_id=run_id, inputs={"x": 1}, conn=caller)
+        node = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", run_id=run_id, inputs={"x": 1}, conn=caller)
         assert caller.execute("SELECT 1").fetchone() == (1,)  # the caller's own row factory is unchanged
     assert isinstance(one, dict) and one["args"] == {"i": 1}
     assert [type(r) for r in many] == [dict] * 3 and [r["args"] for r in many] == [{"i": 0}, {"i": 1}, {"i": 2}]

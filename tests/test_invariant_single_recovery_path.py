@@ -45,7 +45,7 @@ def test_a_live_session_keeps_its_job_and_a_dropped_one_loses_it_at_once(databas
 def test_a_vanished_host_with_an_open_session_is_caught_by_lease_expiry(database_url, conn):
     session = hold_lock(database_url, 7002)
     try:
-        node_queue.enqueue_node_job("n", "cpu")
+        node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes")
         job = node_queue.claim_node_job("cpu", Claimant("w", 7002))
         assert reclaim.reclaim_orphans() == []
         conn.execute("UPDATE workflow_node_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (job["id"],))

@@ -26,6 +26,7 @@ from .control.throttle import MemoryReadings, set_memory_probe
 from .progress import report_progress
 from .schedule import ScheduleEntry, set_ingest_schedule
 from .tasks import register_ingest_task
+from .callables import CallableNotAllowedError, register_node_callable
 from .dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
 from .dag.store import run_status, start_run
 from .dag.audit import run_actions
@@ -69,6 +70,8 @@ __all__ = [
     "node_queue",
     "reclaim",
     "register_ingest_task",
+    "register_node_callable",
+    "CallableNotAllowedError",
     "report_progress",
     "set_ingest_schedule",
     "set_memory_probe",

@@ -22,7 +22,7 @@ from typing import NoReturn
 
 import psycopg
 
-from . import config, db, tasks
+from . import callables, config, db, tasks
 from .config import EngineConfig
 from .errors import (
     ConfigError,
@@ -73,6 +73,7 @@ def import_app(module: str | None) -> None:
         return
     try:
         importlib.import_module(module)
+        callables.note_app(module)
     except ImportError as exc:
         raise ConfigError(
             f"QW_APP/--app: cannot import application module {module!r} ({exc}); run from the folder "

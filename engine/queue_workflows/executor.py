@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import logging
 import traceback
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 from collections.abc import Awaitable
 from typing import Any, Literal
 
-from . import config, tasks
+from . import callables, config, tasks
 from .errors import InvalidPayloadError, QueueWorkflowsError
 from .gpu.errors import GpuErrorKind, classify
 from .payloads import clean_text, json_object
@@ -76,18 +75,14 @@ async def _awaited(value: Awaitable[Any]) -> Any:
 
 
 def run_node_job(job: dict[str, Any]) -> Outcome:
-    """Import the node's module and call `run(inputs)`; its dict return is the context delta."""
+    """Call the node's (allowed) callable; its dict return is the context delta."""
     try:
         if job.get("input_refs") is not None:  # a node of a DAG run: its callable, inputs by name
             from .dag.execute import invoke
 
             value = invoke(job)
         else:
-            module_name = job["node_module"] or job["node_name"]
-            module = importlib.import_module(module_name)
-            run = getattr(module, "run", None)
-            if not callable(run):
-                raise InvalidPayloadError(f"node module {module_name!r} has no callable run(inputs)")
+            run = callables.plain_node_callable(job["node_module"] or job["node_name"])  # refused before any import
             value = run(dict(job["inputs"] or {}))
         return Outcome("completed", result=_checked_result(value, f"node {job['node_name']!r}"))
     except BaseException as exc:  # noqa: BLE001 - as in run_ingest_job

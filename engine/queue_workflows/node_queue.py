@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from . import config, db, jobstore, queries, tasks
+from . import callables, config, db, jobstore, queries, tasks
 from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from .jobstore import Claimant, Row
 from .payloads import check_text, clean_text, json_object, shown
@@ -186,7 +186,11 @@ def enqueue_node_job(
     max_attempts: int | None = None,
     conn: db.Conn | None = None,
 ) -> Row:
-    """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction."""
+    """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
+
+    `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
+    packages, or a registered callable (callables.py); any other is refused before the write.
+    """
     check_node_queue(queue)
     for label, value in (("node_name", node_name), ("node_module", node_module), ("required_model", required_model)):
         if value is None and label != "node_name":
@@ -205,6 +209,7 @@ def enqueue_node_job(
         "inputs": json_object(inputs, what="inputs", max_bytes=config.current().settings.max_payload_bytes),
         "max_attempts": _check_max_attempts(max_attempts),
     }
+    callables.check_plain_node(node_module or node_name)  # by name: the enqueuer need not have the code
     row = jobstore.fetch_one(conn, (queries.query("enqueue_node_job"), params))
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")

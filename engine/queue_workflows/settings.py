@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     ingest_default_budget_s: float = Field(default=3600.0, gt=0)
     node_default_budget_s: float = Field(default=3600.0, gt=0)
     node_module_package: str | None = None  # DAG: a node's `call` is imported as "<package>.<call>" first
+    # The code a node job may run (callables.py): modules under these packages, plus registered
+    # callables; None: the application's top-level package. Never a bare string prefix.
+    node_packages: Annotated[frozenset[str] | None, NoDecode] = None
     dispatch_max_attempts: int = Field(default=5, ge=1, le=1000)  # outbox: fan-out tries before the run is poison-flagged
     # Retention, pruned by the leading orchestrator (0: keep forever).
     retain_finished_seconds: float = Field(default=7 * 86400.0, ge=0)  # finished jobs and runs
@@ -178,6 +181,19 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return frozenset(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("node_packages", mode="before")
+    @classmethod
+    def _check_node_packages(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parts = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        if not isinstance(parts, (list, tuple, set, frozenset)):
+            raise ValueError("a comma-separated list of packages, e.g. myapp,otherpkg.nodes")
+        for name in parts:
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name, re.ASCII):
+                raise ValueError(f"{name!r} is not a dotted module name (e.g. myapp or myapp.nodes)")
+        return frozenset(parts)
 
     @field_validator("ingest_queues")
     @classmethod

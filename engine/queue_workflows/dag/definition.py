@@ -23,17 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import callables
+
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
 KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
 
 
 def callable_spec(call: Any) -> Any:
-    """A function or module becomes its import string; anything else is kept for validate to judge."""
+    """A function (registered, callables.py) or module becomes its import string; anything else is kept for validate to judge."""
     if isinstance(call, str) or call is None:
         return call
     module = getattr(call, "__module__", None)
     qualname = getattr(call, "__qualname__", None)
     if callable(call) and isinstance(module, str) and isinstance(qualname, str):
+        callables.remember(call)  # code handing over a function chose it: this process may run it
         return f"{module}:{qualname}"
     name = getattr(call, "__name__", None)
     if isinstance(name, str) and hasattr(call, "__file__"):  # a module object

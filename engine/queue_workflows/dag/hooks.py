@@ -4,7 +4,8 @@
   `load_workflow(name)` (or, failing that, `pipeline_schema(name)`) for the definition.
 - `set_node_module_package(pkg)` / `configure(node_module_package=pkg)`: a node's `call` is
   imported as `"<pkg>.<call>"` first, then as written.
-- `set_node_resolver(fn)`: `fn(call)` returns the callable (or a module exposing `run`) itself.
+- `set_node_resolver(fn)`: `fn(call)` returns the callable (or a module exposing `run`) itself;
+  the resolver is then the allow-list (callables.py applies to calls it is not asked about).
 - `set_invoke_context(factory)`: `factory(job, run)` is a context manager around each node invoke;
   it yields `finalize(delta) -> delta`, applied only when the node succeeded.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .. import config
+from .. import callables, config
 
 WorkflowLoader = Callable[[str], Any]
 NodeResolver = Callable[[str], Any]
@@ -58,7 +59,8 @@ def invoke_context() -> InvokeContext | None:
 
 
 def reset() -> None:
-    """Forget every hook (tests)."""
+    """Forget every hook and node callable registration (tests)."""
+    callables.reset()
     set_workflow_provider(None)
     set_node_resolver(None)
     set_node_module_package(None)
@@ -78,15 +80,51 @@ def node_module_package() -> str | None:
     return _node_module_package or getattr(config.current().settings, "node_module_package", None)
 
 
+def candidates(call: str) -> list[str]:
+    """The modules `call` may name, in the order they are tried: under `node_module_package` first, then as written."""
+    module_name = call.partition(":")[0]
+    package = node_module_package()
+    return ([f"{package}.{module_name}"] if package and not module_name.startswith(package + ".") else []) + [module_name]
+
+
+def check_allowed(call: str) -> None:
+    """Refuse `call` by name, importing nothing, unless it is registered, under the allowed packages, or left to the host's resolver."""
+    if _node_resolver is None:
+        callables.check_name(call, candidates(call), callables.allowed_packages(node_module_package()))
+
+
+def check_allowed_calls(wf: Any) -> None:
+    """WorkflowValidationError for the first node whose call `check_allowed` refuses."""
+    from .validate import WorkflowValidationError
+
+    for node in wf.nodes:
+        if node.is_input:
+            continue
+        try:
+            check_allowed(node.call)
+        except callables.CallableNotAllowedError as exc:
+            raise WorkflowValidationError(f"workflow {wf.name!r}: node {node.id!r}: {exc}") from None
+
+
 def resolve_callable(call: str) -> Callable[..., Any]:
-    """The function a node's `call` names; UnresolvableCallableError says what was tried."""
+    """The function a node's `call` names; UnresolvableCallableError says what was tried.
+
+    A registered callable wins; else the host's resolver decides; else only modules under the
+    allowed packages are imported (callables.py), and what is found must be defined under them.
+    """
+    fn = callables.registered(call)
+    if fn is not None:
+        return fn
     if _node_resolver is not None:
         return _callable_of(_node_resolver(call), call, [f"set_node_resolver({call!r})"])
-    module_name, _, attr = call.partition(":")
-    package = node_module_package()
-    candidates = ([f"{package}.{module_name}"] if package and not module_name.startswith(package + ".") else []) + [module_name]
+    attr = call.partition(":")[2]
+    packages = callables.allowed_packages(node_module_package())
     tried: list[str] = []
-    for candidate in candidates:
+    refused: list[str] = []
+    for candidate in candidates(call):
+        if not callables.module_allowed(candidate, packages):
+            refused.append(candidate)  # never imported: its import side effects must not run
+            continue
         try:
             module = importlib.import_module(candidate)
         except ModuleNotFoundError as exc:
@@ -94,10 +132,11 @@ def resolve_callable(call: str) -> Callable[..., Any]:
                 raise  # the node's module exists but something it imports does not: say that, not "unresolvable"
             tried.append(candidate)
             continue
-        target: Any = module
-        for part in (attr or "run").split("."):
-            target = getattr(target, part, None)
-        return _callable_of(target, call, [f"{candidate}:{attr or 'run'}"])
+        target = _callable_of(callables.attribute(module, attr or "run", call), call, [f"{candidate}:{attr or 'run'}"])
+        callables.check_origin(target, call, packages)
+        return target
+    if refused:
+        raise callables.refusal(call, packages, f"module {refused[-1]!r} is not under an allowed package")
     raise UnresolvableCallableError(f"cannot import {call!r} (tried {', '.join(tried)})")
 
 

@@ -46,6 +46,9 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
         raise WorkflowValidationError(f"workflow {name!r}: cycle: {' -> '.join(cycle)}")
     for node in wf.nodes:
         _check_refs(name, node)
+    from .hooks import check_allowed_calls
+
+    check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:
         from .hooks import UnresolvableCallableError, resolve_callable
 
