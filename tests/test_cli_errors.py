@@ -55,7 +55,7 @@ def test_qw_retry_refuses_a_node_of_a_failed_run_and_says_to_restart_it(database
         line = refused(tool(database_url, "qw", "retry", f"node:{before[name]['id']}"), 3, f"is a node of workflow run {run_id}, which is failed")
         assert line.endswith(f"restart the run instead (qw restart {run_id})")
     assert rows(database_url, run_id) == before and run_row(database_url, run_id)["status"] == "failed"  # nothing written
-    alone = node_queue.enqueue_node_job("n", "cpu", max_attempts=1)  # a node job of no run: retried as before
+    alone = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", max_attempts=1)  # a node job of no run: retried as before
     node_queue.mark_failed(alone["id"], "boom", conn=conn)
     done = tool(database_url, "qw", "retry", f"node:{alone['id']}")
     assert (done.returncode, done.stdout.strip()) == (0, f"job {alone['id']} on 'cpu': queued again"), done.stderr
