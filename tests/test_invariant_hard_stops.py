@@ -1,0 +1,164 @@
+"""Hard stops and watchdog exits with real worker processes: a stop never fails, charges or
+re-runs a job that did nothing wrong, and a watchdog's exit ends the job's own processes.
+
+- A hard OFF racing the commit that stores a job's outcome and claims the next one waits for
+  that commit: what finished is stored, what the commit claimed is handed back uncharged.
+- A park escalated to a hard OFF stops the running job (exit 79, handed back uncharged).
+- Exit 75 kills the processes the job started, children and orphaned grandchildren alike.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import qw_stop_tasks
+from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
+from queue_workflows import node_queue, reclaim, register_ingest_task
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(autouse=True)
+def _tasks(database_url: str) -> None:
+    register_ingest_task("tick", qw_stop_tasks.tick)
+    register_ingest_task("record", qw_stop_tasks.qw_test_app.record)
+    register_ingest_task("spawn_then_hang", qw_stop_tasks.spawn_then_hang)
+
+
+def _env(url: str, host: str, **settings: str) -> dict[str, str]:
+    return service_env(url, QW_APP="qw_stop_tasks", QW_HOST_LABEL=host, **settings)
+
+
+def _set_control(url: str, host: str, state: str, policy: str = "hard") -> None:
+    query(
+        url,
+        "INSERT INTO worker_controls (host_label, queue, desired_state, stop_policy, requested_by) "
+        "VALUES (%s, 'fetch', %s, %s, 'ops') ON CONFLICT (host_label, queue) DO UPDATE "
+        "SET desired_state = EXCLUDED.desired_state, stop_policy = EXCLUDED.stop_policy, updated_at = now()",
+        (host, state, policy),
+    )
+
+
+def _counts(url: str) -> dict[str, int]:
+    return {r["status"]: r["n"] for r in query(url, "SELECT status, count(*) AS n FROM ingest_jobs GROUP BY status")}
+
+
+def _left_running_by(url: str, pid: int) -> list[dict]:
+    return query(url, "SELECT id, attempts FROM ingest_jobs WHERE status = 'running' AND claimed_by LIKE %s", (f"%:fetch:{pid}:%",))
+
+
+class Racer:
+    """One host's worker, stopped hard while it drains and restarted, as its supervisor would."""
+
+    def __init__(self, url: str, procs: Procs, host: str) -> None:
+        self.url, self.procs, self.host = url, procs, host
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.off = False
+
+    def step(self, stops: list[int], leaks: list[dict]) -> None:
+        worker = self.worker
+        if worker is None:
+            _set_control(self.url, self.host, "on")
+            self.worker, self.off = self.procs.worker(_env(self.url, self.host), "fetch"), False
+        elif worker.poll() is not None:
+            assert worker.returncode == 79, f"{self.host}: exit {worker.returncode}\n{log_text(worker)[-3000:]}"
+            stops.append(worker.pid)
+            leaks.extend(_left_running_by(self.url, worker.pid))  # a stop leaves nothing of its own running
+            self.worker = None
+        elif not self.off and "completed in" in log_text(worker):  # draining
+            time.sleep(random.uniform(0, 0.004))  # land anywhere in the job / commit cycle
+            _set_control(self.url, self.host, "off", "hard")
+            self.off = True
+
+
+def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url: str, procs: Procs) -> None:
+    jobs = node_queue.enqueue_ingest_jobs(
+        {"task_name": "tick", "queue": "fetch", "args": {"token": f"t{n}"}, "max_attempts": 1} for n in range(400)
+    )
+    racers = [Racer(database_url, procs, f"racer-{n}") for n in range(3)]
+    stops: list[int] = []
+    leaks: list[dict] = []
+    deadline = time.monotonic() + 12
+    while len(stops) < 24 and time.monotonic() < deadline:
+        for racer in racers:
+            racer.step(stops, leaks)
+        time.sleep(0.005)
+    for racer in racers:  # the last ones stop gracefully: their job is stored, nothing claimed after it
+        if racer.worker is not None:
+            racer.worker.terminate()
+            assert wait_exit(racer.worker, 15, procs) in (0, 79, -15)  # -15: still starting
+            leaks.extend(_left_running_by(database_url, racer.worker.pid))
+    print(f"{_counts(database_url)} after {len(stops)} hard stops in {time.monotonic() - deadline + 12:.1f}s; {len(leaks)} job(s) left running by a stopped worker")
+
+    reclaim.reclaim_orphans(confirm_seconds=0.2)  # the orchestrator's sweep: what a dead worker left running
+    _set_control(database_url, "finisher", "on")
+    finisher = procs.worker(_env(database_url, "finisher"), "fetch")
+    wait_until(lambda: set(_counts(database_url)) - {"completed", "failed"} == set(), timeout=60, what=f"the queue drained\n{procs.logs()}")
+    finisher.terminate()
+
+    counts = _counts(database_url)
+    failed = query(database_url, "SELECT id, error FROM ingest_jobs WHERE status = 'failed' ORDER BY id")
+    assert len(stops) >= 6, f"only {len(stops)} stops in the time allowed"
+    assert not leaks and not failed, (
+        f"{len(stops)} hard stops left {len(leaks)} job(s) running and charged ({leaks[:5]}); "
+        f"{len(failed)} failed: {[f['error'][:80] for f in failed[:3]]}"
+    )
+    assert counts == {"completed": len(jobs)}
+    runs = {r["token"]: r["n"] for r in query(database_url, "SELECT token, count(*) AS n FROM test_executions GROUP BY token")}
+    charged = query(database_url, "SELECT count(*) AS n FROM ingest_jobs WHERE attempts <> 1")[0]["n"]
+    assert charged == 0, "every job is charged for exactly the attempt that completed it"
+    assert all(runs.get(f"t{n}", 0) >= 1 for n in range(len(jobs)))
+    again = sum(n - 1 for n in runs.values())
+    assert again <= len(stops), f"{again} re-runs for {len(stops)} stops: a stop hands back at most the job it interrupted"
+
+
+def test_a_parked_worker_escalated_to_hard_stops_its_job_and_comes_back_parked(database_url: str, procs: Procs) -> None:
+    worker = procs.worker(_env(database_url, "box-p"), "fetch")
+    wait_workers_ready(database_url, [worker])
+    job_id = node_queue.enqueue_ingest_job("record", "fetch", {"token": "parked", "first_run_sleep": 60})["id"]
+    wait_until(lambda: query(database_url, "SELECT status FROM ingest_jobs WHERE id = %s", (job_id,))[0]["status"] == "running", timeout=10)
+    _set_control(database_url, "box-p", "off", "park")
+    wait_for_log(worker, "(parked)", timeout=10)
+
+    _set_control(database_url, "box-p", "off", "hard")
+    assert wait_exit(worker, 10, procs) == 79, "a park escalated to hard stops the running job"
+    [row] = query(database_url, "SELECT status, attempts, claimed_by FROM ingest_jobs WHERE id = %s", (job_id,))
+    assert (row["status"], row["attempts"], row["claimed_by"]) == ("queued", 0, None), row
+
+    restarted = procs.worker(_env(database_url, "box-p"), "fetch")  # its supervisor brings it back
+    wait_until(lambda: query(database_url, "SELECT state FROM worker_heartbeats WHERE pid = %s", (restarted.pid,)) == [{"state": "parked"}],
+               timeout=15, what="the restarted worker parked")
+    assert restarted.poll() is None, "under the same hard OFF it parks; it does not stop again"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("orphan", [False, True], ids=["child", "orphaned-grandchild"])
+def test_a_budget_exit_ends_the_processes_the_job_started(database_url: str, procs: Procs, tmp_path: Path, orphan: bool) -> None:
+    worker = procs.worker(_env(database_url, "box-c", QW_INGEST_DEFAULT_BUDGET_S="1"), "fetch")
+    wait_workers_ready(database_url, [worker])
+    marker = tmp_path / "marker"
+    args = {"token": "spawner", "marker": str(marker), "child_delay": 20, "hang": 60, "orphan": orphan}
+    job_id = node_queue.enqueue_ingest_job("spawn_then_hang", "fetch", args)["id"]
+    assert wait_exit(worker, 15, procs) == 75, procs.logs()
+    [spawned] = query(database_url, "SELECT worker_pid FROM test_executions WHERE token = 'spawner'")
+    child = spawned["worker_pid"]
+    try:
+        wait_until(lambda: _gone(child), timeout=3, what=f"process {child}, started by the job, to be ended with it")
+    finally:
+        if not _gone(child):
+            psutil.Process(child).kill()
+    assert not marker.exists()
+    [row] = query(database_url, "SELECT status, watchdog_trips FROM ingest_jobs WHERE id = %s", (job_id,))
+    assert (row["status"], row["watchdog_trips"]) == ("queued", 1)
