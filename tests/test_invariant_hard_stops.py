@@ -16,12 +16,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from psycopg.types.json import Jsonb
 
 import qw_stop_tasks
 from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows import node_queue, reclaim, register_ingest_task
+from queue_workflows import exits, node_queue, reclaim, register_ingest_task
+from queue_workflows.claim_worker import ClaimWorker
+from queue_workflows.executor import Outcome
+from queue_workflows.liveness.watchdogs import Trip
 
-pytestmark = pytest.mark.multiprocess
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +80,7 @@ class Racer:
             self.off = True
 
 
+@pytest.mark.multiprocess
 def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url: str, procs: Procs) -> None:
     jobs = node_queue.enqueue_ingest_jobs(
         {"task_name": "tick", "queue": "fetch", "args": {"token": f"t{n}"}, "max_attempts": 1} for n in range(400)
@@ -118,6 +122,7 @@ def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url:
     assert again <= len(stops), f"{again} re-runs for {len(stops)} stops: a stop hands back at most the job it interrupted"
 
 
+@pytest.mark.multiprocess
 def test_a_parked_worker_escalated_to_hard_stops_its_job_and_comes_back_parked(database_url: str, procs: Procs) -> None:
     worker = procs.worker(_env(database_url, "box-p"), "fetch")
     wait_workers_ready(database_url, [worker])
@@ -144,6 +149,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("orphan", [False, True], ids=["child", "orphaned-grandchild"])
 def test_a_budget_exit_ends_the_processes_the_job_started(database_url: str, procs: Procs, tmp_path: Path, orphan: bool) -> None:
     worker = procs.worker(_env(database_url, "box-c", QW_INGEST_DEFAULT_BUDGET_S="1"), "fetch")
@@ -162,3 +168,65 @@ def test_a_budget_exit_ends_the_processes_the_job_started(database_url: str, pro
     assert not marker.exists()
     [row] = query(database_url, "SELECT status, watchdog_trips FROM ingest_jobs WHERE id = %s", (job_id,))
     assert (row["status"], row["watchdog_trips"]) == ("queued", 1)
+
+
+class InProcess:
+    """A one-job worker in this process, its beat running, its exits recorded instead of taken."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.worker = ClaimWorker("fetch")
+        self.exits: list[tuple[int, str]] = []
+        self.worker.beat.exit_fn = lambda code, reason: self.exits.append((code, reason))
+        self.worker.session.run(self.worker._read_switch)
+        self.worker.beat.start()
+
+    def hard_off(self) -> None:
+        """Turn it OFF (hard) and wait until its beat has read that: its trip is deciding from then on."""
+        _set_control(self.url, self.worker.settings.host_label, "off", "hard")
+        wait_until(lambda: self.worker.switch.parked, timeout=10, what="the beat to read the hard OFF")
+
+    def close(self) -> None:
+        self.worker.beat.stop()
+        self.worker.session.close()
+
+
+def _row(url: str, job_id: int) -> dict:
+    [row] = query(url, "SELECT status, attempts, claimed_by FROM ingest_jobs WHERE id = %s", (job_id,))
+    return row
+
+
+def test_a_hard_stop_waits_for_a_finished_jobs_commit_and_no_watchdog_fires_for_it(database_url: str) -> None:
+    first = node_queue.enqueue_ingest_job("tick", "fetch", {"token": "a"}, max_attempts=1)["id"]
+    w = InProcess(database_url)
+    try:
+        job = w.worker.session.run(w.worker._claim_and_start)
+        assert job is not None and job["id"] == first
+        w.worker.beat.job_returned()  # its code returned: an outcome is on its way to the commit
+        w.worker.beat.trip_current_job(Trip(exits.EXIT_BUDGET, "budget spent just as it returned"))
+        assert w.exits == [], "a watchdog never fires for a job whose code has returned"
+
+        w.hard_off()
+        time.sleep(0.3)
+        assert w.exits == [], "the hard stop waits for the finished job's commit"
+        w.worker.session.run(lambda conn: w.worker._store_outcome(conn, job, Outcome("completed", result=Jsonb({"ok": 1}))))
+        wait_until(lambda: w.exits, timeout=10, what="the hard stop after the commit")
+        assert w.exits[0][0] == exits.EXIT_HARD_STOP and w.exits[0][1].startswith("worker:"), w.exits
+        assert _row(database_url, first)["status"] == "completed", "a result already computed is stored"
+    finally:
+        w.close()
+
+
+def test_a_hard_stop_during_a_claim_hands_the_claimed_job_back_uncharged(database_url: str) -> None:
+    claimed = node_queue.enqueue_ingest_job("tick", "fetch", {"token": "b"}, max_attempts=1)["id"]
+    w = InProcess(database_url)
+    try:
+        with w.worker.beat.committing():  # the claim is in flight when the stop arrives
+            w.hard_off()
+            job = w.worker.session.run(w.worker._claim_and_start)
+            assert job is not None and job["id"] == claimed and w.exits == []
+        wait_until(lambda: w.exits, timeout=10, what="the hard stop after the claim")
+        assert w.exits[0][0] == exits.EXIT_HARD_STOP and f"job {claimed}" in w.exits[0][1], w.exits
+        assert _row(database_url, claimed) == {"status": "queued", "attempts": 0, "claimed_by": None}
+    finally:
+        w.close()

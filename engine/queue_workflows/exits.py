@@ -12,6 +12,8 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psutil
 
@@ -49,10 +51,15 @@ def lead_process_group() -> None:
         log.debug("process group not taken: %s", exc)
 
 
-def own_job_processes() -> None:
-    """This process is a worker's alone: its other processes are its jobs', ended by `kill_job_processes`."""
+@contextmanager
+def owning_job_processes() -> Iterator[None]:
+    """While a worker runs as this process's one job: its other processes are its jobs', ended by `kill_job_processes`."""
     global _owns_tree
     _owns_tree = True
+    try:
+        yield
+    finally:
+        _owns_tree = False
 
 
 def kill_job_processes() -> int:

@@ -68,8 +68,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.queue not in node_queue.NODE_QUEUES:
         app_loader.warn_unrunnable_jobs(args.queue, loaded)
     id_notes.note(worker.worker_id)  # for `qw health worker` in this container
-    exits.own_job_processes()  # one process == one worker: what else runs under it is its jobs'
     try:
-        return worker.run_forever()
+        with exits.owning_job_processes():  # one process == one worker: what else runs under it is its jobs'
+            return worker.run_forever()
     finally:
         id_notes.forget()
