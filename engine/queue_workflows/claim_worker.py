@@ -158,10 +158,11 @@ class ClaimWorker:
 
     def _abandon(self, job_id: int) -> None:
         """Grace ran out: requeue the job without charging an attempt, then leave at once."""
-        with self.beat.committing():  # a commit in flight decides first whether the job is still running
+        fence = self.beat.fence  # a commit in flight decides first whether the job still runs; a stuck one does not
+        with fence.deciding(fence.wait_seconds) as fenced:
             job = self._job
-            if job is None or job["id"] != job_id:
-                return
+            if job is None or job["id"] != job_id or (fenced and self.beat.job_returned_uncommitted):
+                return  # finished: the main thread stores its outcome, then stops
             self.beat.job_finished()  # the release below revokes the job: that must not read as a takeover
             try:
                 exits.kill_job_processes()  # the job's own children must not run on once it is handed back

@@ -141,6 +141,10 @@ class LivenessBeat(threading.Thread):
             self._returned = self._job is not None
             self.watch.finish()
 
+    @property
+    def job_returned_uncommitted(self) -> bool:
+        return self._returned
+
     def job_finished(self) -> None:
         """The job's outcome is stored (or about to be): from here on, losing it is the worker's own doing."""
         with self._job_lock:
