@@ -166,6 +166,7 @@ def test_a_budget_exit_ends_the_processes_the_job_started(database_url: str, pro
         if not _gone(child):
             psutil.Process(child).kill()
     assert not marker.exists()
+    assert log_text(worker).count("the job left running") == 1, log_text(worker)[-2000:]
     [row] = query(database_url, "SELECT status, watchdog_trips FROM ingest_jobs WHERE id = %s", (job_id,))
     assert (row["status"], row["watchdog_trips"]) == ("queued", 1)
 

@@ -69,7 +69,7 @@ def kill_job_processes() -> int:
     me = os.getpid()
     killed: set[int] = set()
     for _ in range(3):  # again, for any a dying parent forked meanwhile
-        found = {child.pid for child in _descendants()} | _group_members(me)
+        found = {pid for pid in {child.pid for child in _descendants()} | _group_members(me) if _running(pid)}
         found -= killed | {me}
         if not found:
             break
@@ -89,6 +89,14 @@ def _descendants() -> list[psutil.Process]:
         return psutil.Process().children(recursive=True)
     except psutil.Error:
         return []
+
+
+def _running(pid: int) -> bool:
+    """Not gone, and not a zombie: one killed already, waiting for its parent to reap it."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _group_members(me: int) -> set[int]:
