@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -169,6 +170,26 @@ def test_a_budget_exit_ends_the_processes_the_job_started(database_url: str, pro
     assert log_text(worker).count("the job left running") == 1, log_text(worker)[-2000:]
     [row] = query(database_url, "SELECT status, watchdog_trips FROM ingest_jobs WHERE id = %s", (job_id,))
     assert (row["status"], row["watchdog_trips"]) == ("queued", 1)
+
+
+@pytest.mark.multiprocess
+def test_a_budget_exit_spares_a_process_that_only_shared_the_workers_first_group(database_url: str, procs: Procs, tmp_path: Path) -> None:
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
+    try:
+        with open(tmp_path / "worker.log", "wb") as out:  # started inside the bystander's group, as a supervisor's child is
+            worker = subprocess.Popen([sys.executable, "-m", "qw_services.worker", "--queue=fetch"], stdout=out, stderr=subprocess.STDOUT,
+                                      env=_env(database_url, "box-g", QW_INGEST_DEFAULT_BUDGET_S="1"), process_group=bystander.pid)
+        procs.started.append(worker)
+        wait_workers_ready(database_url, [worker])
+        args = {"token": "grouped", "marker": str(tmp_path / "marker"), "child_delay": 20, "hang": 60}
+        node_queue.enqueue_ingest_job("spawn_then_hang", "fetch", args)
+        assert wait_exit(worker, 15, procs) == 75
+        [spawned] = query(database_url, "SELECT worker_pid FROM test_executions WHERE token = 'grouped'")
+        wait_until(lambda: _gone(spawned["worker_pid"]), timeout=3, what="the job's child to be ended")
+        assert bystander.poll() is None, "a process that is not the job's is left alone"
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 class InProcess:
