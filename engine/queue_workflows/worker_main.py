@@ -40,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_worker(args: argparse.Namespace) -> ClaimWorker:
     """A one-job worker, or a batch worker when a batch size or concurrency above 1 is asked for."""
-    from .claim_worker import ClaimWorker  # imports this module at its end: loaded when first needed
+    from .claim_worker import ClaimWorker  # which imports this module at its end
+
     settings = config.current().settings
     size = args.batch if args.batch is not None else settings.batch_size
     mode = args.batch_mode or settings.batch_mode
