@@ -7,13 +7,11 @@ session connection that holds the worker's advisory lock.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import secrets
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -28,7 +26,7 @@ from .control import WorkerSwitch
 from .control.api import control_for
 from .control.device import check_device_if_pending
 from .control.throttle import Marks, Throttle
-from .liveness import LivenessBeat, id_notes
+from .liveness import LivenessBeat
 from .liveness.watchdogs import JobWatch, Trip, budget_for
 from .payloads import clean_text
 from .queries import JobTable
@@ -160,18 +158,21 @@ class ClaimWorker:
 
     def _abandon(self, job_id: int) -> None:
         """Grace ran out: requeue the job without charging an attempt, then leave at once."""
-        job = self._job
-        if job is None or job["id"] != job_id:
-            return
-        self.beat.job_finished()  # the release below revokes the job: that must not read as a takeover
-        try:
-            with db.connect(autocommit=True, url=self.url) as conn:
-                released = jobstore.release(conn, self.table, [job_id], self.worker_id)
-                conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
-            log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
-        finally:
-            logging.shutdown()
-            os._exit(exits.EXIT_OK)
+        fence = self.beat.fence  # a commit in flight decides first whether the job still runs; a stuck one does not
+        with fence.deciding(fence.wait_seconds) as fenced:
+            job = self._job
+            if job is None or job["id"] != job_id or (fenced and self.beat.job_returned_uncommitted):
+                return  # finished: the main thread stores its outcome, then stops
+            self.beat.job_finished()  # the release below revokes the job: that must not read as a takeover
+            try:
+                exits.kill_job_processes()  # the job's own children must not run on once it is handed back
+                with db.connect(autocommit=True, url=self.url) as conn:
+                    released = jobstore.release(conn, self.table, [job_id], self.worker_id)
+                    conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
+                log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
+            finally:
+                logging.shutdown()
+                os._exit(exits.EXIT_OK)
 
     def _shutdown(self) -> None:
         if self._grace_timer is not None:
@@ -191,17 +192,18 @@ class ClaimWorker:
         (with an idle baton, the worker goes in line instead, and the holder does that).
         """
         ran = 0
-        job = self.session.run(self._claim) if self._may_claim() else None
+        job = self.session.run(self._claim_and_start) if self._may_claim() else None
         while job is not None:
             current = job
             outcome, elapsed = self._execute(current)
             if outcome.gpu_error == "device":  # the process's GPU context is suspect: hand the job on and leave
                 self.beat.trip_current_job(Trip(exits.EXIT_DEVICE_ERROR, f"GPU device error: {(outcome.error or '').splitlines()[-1:]}"))
+            self.beat.job_returned()
             ran += 1
             marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))
             self._report(current, outcome, marked, retry_in, elapsed)
             if job is None and self.baton is None and self._may_claim():
-                job = self.session.run(self._claim)  # with a baton, its holder promotes and claims instead
+                job = self.session.run(self._claim_and_start)  # with a baton, its holder promotes and claims instead
         return ran
 
     def _running(self) -> bool:
@@ -235,10 +237,19 @@ class ClaimWorker:
             self.baton.release(conn)  # busy now: the next idle worker in line listens
         return job
 
-    def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
+    def _claim_and_start(self, conn: Any) -> dict[str, Any] | None:
+        with self.beat.committing():  # a trip sees the claimed job as running from its commit on
+            if (job := self._claim(conn)) is not None:
+                self._started(job)
+            return job
+
+    def _started(self, job: dict[str, Any]) -> None:
+        """The claimed job is running from here: its lease is renewed and its watchdogs armed."""
         self._job = job
         budget = job.get("budget_seconds") or budget_for(job, self.settings)  # a DAG node may set its own
         self.beat.job_started(self.table, job["id"], budget)
+
+    def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
         started = time.monotonic()
         self.meter.start()
         outcome, acquired = self._run_job(job)
@@ -268,21 +279,23 @@ class ClaimWorker:
         Nothing here may end the worker: if even the refusal cannot be stored, the job is left
         running without a lease renewer, so it lapses back to the queue.
         """
-        try:
-            return self._finish_and_claim(conn, job, outcome)
-        except psycopg.OperationalError:
-            raise  # the session reconnects and tries again
-        except Exception as exc:  # noqa: BLE001 - a refused outcome must not kill the worker
-            log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job["id"], first_line(exc))
-            refused = Outcome("failed", error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"))
-        try:
-            return self._finish_and_claim(conn, job, refused)
-        except psycopg.OperationalError:
-            raise
-        except Exception:  # noqa: BLE001
-            log.exception("job %s: not even its failure could be stored; its lease will return it to the queue", job["id"])
-            self._job = None
-            return None, None, None
+        with self.beat.committing():  # until the beat knows what runs next (liveness/fence.py)
+            try:
+                return self._finish_and_claim(conn, job, outcome)
+            except psycopg.OperationalError:
+                raise  # the session reconnects and tries again
+            except Exception as exc:  # noqa: BLE001 - a refused outcome must not kill the worker
+                log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job["id"], first_line(exc))
+                refused = Outcome("failed", error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"))
+            try:
+                return self._finish_and_claim(conn, job, refused)
+            except psycopg.OperationalError:
+                raise
+            except Exception:  # noqa: BLE001
+                log.exception("job %s: not even its failure could be stored; its lease will return it to the queue", job["id"])
+                self._job = None
+                self.beat.job_finished()
+                return None, None, None
 
     def _finish_and_claim(
         self, conn: Any, job: dict[str, Any], outcome: Outcome
@@ -308,11 +321,13 @@ class ClaimWorker:
             statements.append(mark)
         claim = self._claim_statements() if self._may_claim() else []
         statements.extend(claim)
-        self.beat.job_finished()  # before the commit: a revocation we cause ourselves must not stop us
         cursors = db.one_round_trip(conn, statements)
         rows = [cursor.fetchone() for cursor in cursors[1 if usage is not None else 0:len(cursors) - len(claim)]]
         self._job = None
+        self.beat.job_finished()  # a revocation our own commit caused lapses behind the fence
         next_job = cursors[-1].fetchone() if claim else None
+        if next_job is not None:
+            self._started(next_job)
         retried = rows[0] if retry_in is not None else None
         return retried or rows[-1], (retry_in if retried else None), next_job
 
@@ -332,63 +347,10 @@ class ClaimWorker:
 import_app = app_loader.import_app  # kept importable from here for existing callers
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queue-claim-worker", description="Run one claim worker for one queue.")
-    parser.add_argument("--queue", required=True, help="cpu, gpu, or one of the configured ingest queues")
-    parser.add_argument("--app", default=None, help="module that registers tasks and may call configure() (default: QW_APP)")
-    parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
-    batch = parser.add_argument_group("batch mode (cpu and ingest queues; default: QW_BATCH_SIZE, QW_BATCH_MODE, QW_BATCH_CONCURRENCY)")
-    batch.add_argument("--batch", type=int, default=None, metavar="N", help="claim up to N jobs per statement (1: one at a time)")
-    batch.add_argument("--batch-mode", choices=("sequential", "threads", "async"), default=None,
-                       help="run a batch one job after another, on a thread pool, or (async def tasks) on an event loop")
-    batch.add_argument("--concurrency", type=int, default=None, metavar="M", help="jobs of a batch running at once (threads/async)")
-    return parser
+# The command line lives in worker_main.py; these names stay importable from here.
+from .worker_main import build_parser, build_worker, main  # noqa: E402
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: `claim_worker.main(["--queue", "gpu"])`. SIGTERM/SIGINT stop it gracefully.
-
-    Imports the app before reading settings (so its configure() holds), logs to stderr when
-    the host has not set logging up, and reports a configuration problem as one line, exit 2.
-    """
-    args = build_parser().parse_args(argv)
-    app_loader.ensure_logging()
-    return app_loader.run_tool(lambda: _run(args))
-
-
-def build_worker(args: argparse.Namespace) -> ClaimWorker:
-    """A one-job worker, or a batch worker when a batch size or concurrency above 1 is asked for."""
-    settings = config.current().settings
-    size = args.batch if args.batch is not None else settings.batch_size
-    mode = args.batch_mode or settings.batch_mode
-    concurrency = args.concurrency if args.concurrency is not None else settings.batch_concurrency
-    if size == 1 and concurrency == 1 and mode == "sequential":
-        return ClaimWorker(args.queue, max_jobs=args.max_jobs)
-    from .batch import BatchWorker  # imports this module: loaded only when asked for
-
-    return BatchWorker(args.queue, batch_size=size, mode=mode, concurrency=concurrency, max_jobs=args.max_jobs)
-
-
-def _run(args: argparse.Namespace) -> int:
-    loaded = app_loader.load_app(args.app)
-    worker = build_worker(args)
-    stop = threading.Event()
-
-    def _stop() -> None:
-        stop.set()
-        worker.request_stop()
-
-    app_loader.on_stop_signals(_stop)
-    db.wait_for_schema(url=loaded.config.database_url(), stop=stop)  # SIGINT/SIGTERM end the wait at once
-    if stop.is_set():
-        return exits.EXIT_OK
-    if args.queue not in node_queue.NODE_QUEUES:
-        app_loader.warn_unrunnable_jobs(args.queue, loaded)
-    id_notes.note(worker.worker_id)  # for `qw health worker` in this container
-    try:
-        return worker.run_forever()
-    finally:
-        id_notes.forget()
+__all__ = ["ClaimWorker", "build_parser", "build_worker", "main", "ready_channel"]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from queue_workflows import claim_worker
+from queue_workflows import claim_worker, exits
 
 from .runtime import setup_logging
 
@@ -14,6 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     queue = claim_worker.build_parser().parse_args(args).queue  # `--queue hydro` and `--queue=hydro` alike
     setup_logging(f"worker-{queue}")
+    exits.lead_process_group()  # so a watchdog's exit finds the job's orphaned grandchildren too
     return claim_worker.main(args)
 
 

@@ -18,6 +18,7 @@ class WorkerSwitch:
         self.payload = f"{host_label}:{queue}"
         self.changed = threading.Event()
         self._parked = False
+        self._hard = False  # the row says OFF with policy hard: its stop was asked for already
         self._blocked: str | None = None
         self._lock = threading.Lock()
 
@@ -40,14 +41,17 @@ class WorkerSwitch:
     def apply(self, row: dict[str, Any] | None, *, at_start: bool = False) -> bool:
         """Take the row from worker_controls (None = ON); True when it asks for a hard stop now.
 
-        At start, OFF of either policy parks.
+        At start, OFF of either policy parks. A hard OFF asks for its stop once, whether the worker
+        was claiming or already parked (a park escalated to hard): a worker that comes back under
+        the same hard OFF has been stopped already, so it stays parked.
         """
         off = row is not None and row["desired_state"] == "off"
+        hard_off = off and row is not None and row["stop_policy"] == "hard"
         with self._lock:
             was, self._parked = self._parked, off
-        # A worker that is already parked has nothing to hand back or free: no second exit.
-        hard = off and not was and not at_start and row is not None and row["stop_policy"] == "hard"
-        if was != off:
+            hard = hard_off and not self._hard and not at_start
+            self._hard = hard_off
+        if was != off or hard:
             who = f" by {row['requested_by']}" if row and row.get("requested_by") else ""
             if off:
                 log.warning("worker %s turned OFF%s (%s): not claiming until ON", self.payload, who, "hard stop" if hard else "parked")

@@ -14,6 +14,7 @@ import select
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ from ..control.throttle import Throttle, current_probe
 from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_STALLED, exit_now
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
+from .fence import CommitFence
 from .trip import CurrentJob, stop_job
 from .watchdogs import JobWatch, Trip
 
@@ -84,7 +86,10 @@ class LivenessBeat(threading.Thread):
         self.state = "idle"
         self.backoff = Backoff(initial=0.05, maximum=1.0)
         self._job: CurrentJob | None = None
+        self._returned = False  # the job's code returned; its outcome is not committed yet
         self._job_lock = threading.Lock()
+        self.fence = CommitFence()
+        self._exiting = False  # a trip is writing its outcome: nothing else may act for the worker now
         self._lease_deadline = float("inf")
         self._next_renew = float("inf")
         self._next_heartbeat = 0.0
@@ -103,6 +108,7 @@ class LivenessBeat(threading.Thread):
         now = self.now_fn()
         with self._job_lock:
             self._job = CurrentJob(table, job_id, batch)
+            self._returned = False
             self._lease_deadline = now + self.lease_seconds
             self._next_renew = now + self.renew_seconds
             self.watch.start(job_id, budget_seconds)
@@ -122,10 +128,28 @@ class LivenessBeat(threading.Thread):
                 self._job = CurrentJob(self._job.table, job_id, self._job.batch)
                 self.watch.start(job_id, budget_seconds)
 
+    def committing(self) -> AbstractContextManager[None]:
+        """Hold every trip off across a commit that stores outcomes or claims (see fence.py).
+
+        Inside it, after the commit: `job_finished()` for what it stored, `job_started()` for what it claimed.
+        """
+        return self.fence.committing()
+
+    def job_returned(self) -> None:
+        """The job's code returned: its watchdogs stand down, and a hard stop waits for its outcome's commit."""
+        with self._job_lock:
+            self._returned = self._job is not None
+            self.watch.finish()
+
+    @property
+    def job_returned_uncommitted(self) -> bool:
+        return self._returned
+
     def job_finished(self) -> None:
-        """The job's code returned: from here on, losing the job is the worker's own doing."""
+        """The job's outcome is stored (or about to be): from here on, losing it is the worker's own doing."""
         with self._job_lock:
             self._job = None
+            self._returned = False
             self.watch.finish()
         self.state = "stopping" if self.state == "stopping" else "idle"
         if self.switch.parked:
@@ -179,7 +203,7 @@ class LivenessBeat(threading.Thread):
         """The lease deadline and the watchdogs, checked apart from any database call."""
         while not self._halt.wait(0.05):
             job = self._job
-            if job is None:
+            if job is None or self._returned:
                 continue
             if self.now_fn() >= self._lease_deadline - self.lease_margin:
                 self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
@@ -255,10 +279,10 @@ class LivenessBeat(threading.Thread):
         row = control_for(self.host_label, self.queue, conn)
         was_parked = self.switch.parked
         hard_stop = self.switch.apply(row)
-        if self.queue == "gpu" and self._job is None:
+        if self.queue == "gpu" and self._job is None and not self._exiting:
             check_device_if_pending(conn, self.switch, row)
         if hard_stop:
-            self._trip(self._job, Trip(EXIT_HARD_STOP, "turned OFF by the operator (hard stop)"))
+            self._trip(None, Trip(EXIT_HARD_STOP, "turned OFF by the operator (hard stop)"), whatever_runs=True)
         if self.switch.parked != was_parked:
             self._next_heartbeat = 0.0  # show parked / claiming again at once
 
@@ -271,7 +295,9 @@ class LivenessBeat(threading.Thread):
                     self._next_renew = now + self.renew_seconds
         else:
             lost = sorted(set(job.ids) - held)
-            self._job_taken(self._job or job, f"job(s) {lost} reclaimed, released or ended by someone else")
+            current = self._job  # the rows may have been stored meanwhile, and the next job claimed
+            if current is not None and set(lost) & set(current.ids):
+                self._job_taken(current, f"job(s) {lost} reclaimed, released or ended by someone else")
 
     def _heartbeat(self, conn: db.Conn, job: CurrentJob | None) -> None:
         params = {
@@ -289,15 +315,30 @@ class LivenessBeat(threading.Thread):
     def _job_taken(self, job: CurrentJob, why: str) -> None:
         self._trip(job, Trip(EXIT_JOB_TAKEN, f"no longer ours ({why}); stopping rather than running it twice"))
 
-    def _trip(self, job: CurrentJob | None, trip: Trip) -> None:
-        """Every trip ends here: one write for the job (if it is still ours to write), then exit."""
-        with self._job_lock:
-            if job is not None and self._job is not job:
-                return  # the job finished meanwhile
-            self._job = None
-            self.watch.finish()
-            device_check = (self.host_label, self.queue) if self.queue == "gpu" and trip.code in DEVICE_SUSPECT_EXITS else None
-            stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn, device_check=device_check)
+    def _trip(self, job: CurrentJob | None, trip: Trip, *, whatever_runs: bool = False) -> None:
+        """Every trip ends here: one write for the job (if it is still ours to write), then exit.
+
+        It decides behind the commit fence. A trip about `job` lapses once that job's code has
+        returned; `whatever_runs` (a hard stop) stops what runs after the commit, first waiting
+        for a returned job's outcome to be stored, since a finished job is not to be run again.
+        """
+        deadline = time.monotonic() + self.fence.wait_seconds
+        while True:
+            with self.fence.deciding(deadline - time.monotonic()) as fenced, self._job_lock:
+                if whatever_runs:
+                    job = self._job
+                elif job is not None and self._job is not job:
+                    return  # the job finished meanwhile
+                returned = job is not None and self._returned
+                if returned and not whatever_runs:
+                    return  # nothing of it is left running to stop
+                if not returned or not fenced or time.monotonic() >= deadline:  # past the wait: hand it back anyway
+                    self._job, self._returned, self._exiting = None, False, True
+                    self.watch.finish()
+                    device_check = (self.host_label, self.queue) if self.queue == "gpu" and trip.code in DEVICE_SUSPECT_EXITS else None
+                    stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn, device_check=device_check)
+                    return
+            time.sleep(0.01)  # the outcome is on its way to its commit
 
     def _failed(self, exc: Exception) -> None:
         if self._lost_at is None:

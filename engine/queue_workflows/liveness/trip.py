@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .. import queries
-from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED
+from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
 from ..queries import JobTable
 from ..session import first_line
 from .watchdogs import Trip
@@ -55,6 +55,10 @@ def stop_job(
     `device_check` (host, queue) flags a gpu worker so its next process probes the device first.
     """
     subject = f"job {job.job_id}" if job is not None else "worker"
+    try:
+        kill_job_processes()  # before the job is handed on, so nothing of this attempt runs beside the next
+    except Exception as exc:  # noqa: BLE001 - the exit tries again
+        log.warning("the job's processes were not ended before its write: %s", first_line(exc))
     statement = WRITES.get(trip.code) if job is not None else None
     outcome = ""
     if statement is not None or device_check is not None or (job is not None and len(job.ids) > 1):
