@@ -60,10 +60,11 @@ def test_a_check_costs_a_few_milliseconds_of_cpu(tmp_path):
     assert per_check < 0.05  # the budget; `qw health worker` took about 0.6 s
 
 
-def test_a_running_orchestrator_and_scheduler_keep_their_stamps_fresh(database_url, procs, tmp_path):
+def test_a_running_worker_orchestrator_and_scheduler_keep_their_stamps_fresh(database_url, procs, tmp_path):
     from procs import service_env, wait_until
 
-    stamps = {name: tmp_path / name / "healthy" for name in ("orchestrator", "scheduler")}
+    stamps = {name: tmp_path / name / "healthy" for name in ("worker", "orchestrator", "scheduler")}
+    procs.worker(service_env(database_url, QW_HEALTH_FILE=str(stamps["worker"])), "fetch")
     procs.orchestrator(service_env(database_url, QW_HEALTH_FILE=str(stamps["orchestrator"])))
     procs.scheduler(service_env(database_url, QW_HEALTH_FILE=str(stamps["scheduler"]), QW_APP="qw_sched_app"))
     for name, stamp in stamps.items():

@@ -27,6 +27,7 @@ from .control.api import control_for
 from .control.device import check_device_if_pending
 from .control.throttle import Marks, Throttle
 from .liveness import LivenessBeat
+from .liveness.stamp import HealthStamp
 from .liveness.watchdogs import JobWatch, Trip, budget_for
 from .payloads import clean_text
 from .queries import JobTable
@@ -81,6 +82,7 @@ class ClaimWorker:
             throttle=self.throttle,
             memory_check_seconds=self.settings.memory_check_seconds,
         )
+        self.beat.health = HealthStamp(self.settings.health_file)
         self._job: dict[str, Any] | None = None
         self._grace_timer: threading.Timer | None = None
         self.gpu = GpuSide(self.settings) if queue == "gpu" else None

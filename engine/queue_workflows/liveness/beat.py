@@ -30,6 +30,7 @@ from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_JOB_TAK
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
 from .fence import CommitFence
+from .stamp import HealthStamp
 from .trip import CurrentJob, stop_job
 from .watchdogs import JobWatch, Trip
 
@@ -100,6 +101,7 @@ class LivenessBeat(threading.Thread):
         self._wake_r, self._wake_w = os.pipe()
         # A gpu worker's warm models, whether it is swapping, and its VRAM, shown with each heartbeat.
         self.gpu_fields: Callable[[], dict[str, Any]] = lambda: dict(NO_GPU_FIELDS)
+        self.health = HealthStamp(None)  # the worker sets its QW_HEALTH_FILE
 
     # -- called from the worker's main thread ----------------------------------------------
 
@@ -311,6 +313,7 @@ class LivenessBeat(threading.Thread):
         }
         params.update(self.gpu_fields())
         conn.execute(queries.query("upsert_heartbeat"), params)
+        self.health.touch(f"worker {self.worker_id} ({params['state']}) beat")
 
     def _job_taken(self, job: CurrentJob, why: str) -> None:
         self._trip(job, Trip(EXIT_JOB_TAKEN, f"no longer ours ({why}); stopping rather than running it twice"))
