@@ -1,5 +1,5 @@
 -- One NOLOGIN group role per process kind, each granted only the writes that process's SQL makes
--- (docs/operations.md has the table): a worker that is compromised, or a host that is lent out,
+-- (deploy/README.md has the table): a worker that is compromised, or a host that is lent out,
 -- cannot rewrite the migration ledger, take or depose leadership, or touch another role's rows.
 -- The stack's Postgres init (deploy/postgres-init) creates them first as LOGIN roles with their
 -- passwords; elsewhere they are created here and a DBA grants them to login roles. Where one role
