@@ -34,7 +34,8 @@ EVERYONE = [
     "ALTER TABLE ingest_jobs ADD COLUMN evil text",
     "TRUNCATE ingest_jobs",
     "COPY (SELECT 1) TO PROGRAM 'true'",  # server-side programs are a superuser's
-    "INSERT INTO schedule_slots (entry_name, slot_time, kind, enqueued_by) VALUES ('evil', now(), 'slot', 'evil')",
+    "INSERT INTO schedule_slots (entry_name, slot_time, kind, task_name, queue, enqueued_by)"
+    " VALUES ('evil', now(), 'slot', 'noop', 'fetch', 'evil')",
 ]
 FORBIDDEN: dict[str, list[str]] = {
     "qw_worker": EVERYONE + [
@@ -100,12 +101,18 @@ def login_as(database_url: str) -> Iterator[Callable[[str], str]]:
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-@pytest.mark.parametrize(("group", "statement"), [(g, s) for g, stmts in FORBIDDEN.items() for s in stmts],
-                         ids=lambda v: v.split(" (")[0][:48])
-def test_a_role_cannot_make_writes_its_process_never_makes(login_as, group, statement):
+@pytest.mark.parametrize("group", sorted(FORBIDDEN))
+def test_a_role_cannot_make_writes_its_process_never_makes(login_as, group):
+    allowed = []
     with psycopg.connect(login_as(group), autocommit=True) as conn:
-        with pytest.raises(errors.InsufficientPrivilege):
-            conn.execute(statement)
+        for statement in FORBIDDEN[group]:
+            try:
+                with conn.transaction(force_rollback=True):
+                    conn.execute(statement)
+                allowed.append(statement)
+            except errors.InsufficientPrivilege:
+                pass
+    assert allowed == [], f"{group} may still run these"
 
 
 def test_orchestrator_and_workers_run_a_workflow_and_a_job_each_as_its_own_role(login_as, database_url, procs: Procs):
