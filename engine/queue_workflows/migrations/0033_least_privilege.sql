@@ -7,11 +7,16 @@
 DO $$
 DECLARE
     name text;
+    missing text[] := ARRAY(SELECT r FROM unnest(ARRAY['qw_worker', 'qw_orchestrator', 'qw_scheduler', 'qw_dashboard',
+                                                       'qw_metrics']) AS r
+                             WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r));
 BEGIN
-    FOREACH name IN ARRAY ARRAY['qw_worker', 'qw_orchestrator', 'qw_scheduler', 'qw_dashboard', 'qw_metrics'] LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = name) THEN
-            EXECUTE format('CREATE ROLE %I NOLOGIN', name);
-        END IF;
+    IF missing <> '{}' AND NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = current_user AND (rolsuper OR rolcreaterole)) THEN
+        RAISE EXCEPTION 'migration 0033 needs the roles % and % may not create roles', missing, current_user
+            USING HINT = 'have an administrator run CREATE ROLE <name> NOLOGIN for each, then migrate again';
+    END IF;
+    FOREACH name IN ARRAY missing LOOP
+        EXECUTE format('CREATE ROLE %I NOLOGIN', name);
     END LOOP;
 END
 $$;
