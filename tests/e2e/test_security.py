@@ -11,7 +11,7 @@ import subprocess
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import conninfo, errors
 
 import queue_workflows
 from queue_workflows import node_queue
@@ -31,8 +31,9 @@ def _psql(stack, statement: str) -> list[list[str]]:
 
 
 def _dsn(stack, user: str, password: str) -> str:
+    """Keywords, not a URL: a base64 password may hold '/' or '+'."""
     port = stack.compose("port", "postgres", "5432").stdout.strip().rsplit(":", 1)[1]
-    return f"postgresql://{user}:{password}@127.0.0.1:{port}/qw"
+    return conninfo.make_conninfo(host="127.0.0.1", port=port, dbname="qw", user=user, password=password)
 
 
 def _inspect(container: str) -> dict:
