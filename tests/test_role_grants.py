@@ -15,8 +15,9 @@ import pytest
 from psycopg import conninfo, errors, sql
 
 import queue_workflows
-from queue_workflows import db, node_queue, worker_control
+from queue_workflows import db, node_queue, reclaim, retention, worker_control
 from queue_workflows.dag import Workflow
+from queue_workflows.jobstore import Claimant
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire
 from queue_workflows.schedule.store import SlotStore
@@ -137,6 +138,20 @@ def test_orchestrator_and_workers_run_a_workflow_and_a_job_each_as_its_own_role(
     leader = query(database_url, "SELECT o.role FROM qw_orchestrators o JOIN qw_leadership l ON l.leader_id = o.orchestrator_id")
     assert leader == [{"role": "leader"}]
     assert "insufficient_privilege" not in procs.logs() and "permission denied" not in procs.logs()
+
+
+def test_the_orchestrator_role_reclaims_an_orphan_and_prunes_finished_rows(login_as, database_url):
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES, retain_finished_seconds=3600)
+    queue_workflows.register_ingest_task("noop", lambda reason: {})
+    lost = node_queue.enqueue_ingest_job("noop", "fetch")["id"]
+    node_queue.claim_ingest_job("fetch", Claimant("gone:fetch:1:x", 7301))  # no session holds 7301
+    old = node_queue.enqueue_ingest_job("noop", "fetch")["id"]
+    query(database_url, "UPDATE ingest_jobs SET status = 'completed', finished_at = now() - interval '2 hours' WHERE id = %s", (old,))
+    queue_workflows.configure(database_url=login_as("qw_orchestrator"), ingest_queues=TEST_INGEST_QUEUES, retain_finished_seconds=3600)
+    assert [row["id"] for row in reclaim.reclaim_orphans(confirm_seconds=0)] == [lost]
+    with db.connect(autocommit=True) as conn:
+        assert retention.prune_once(conn)["prune_ingest_jobs"] == 1
+    assert [r["id"] for r in query(database_url, "SELECT id FROM ingest_jobs")] == [lost]
 
 
 def test_the_dashboard_role_toggles_cancels_restarts_and_answers(login_as, database_url):
