@@ -123,3 +123,16 @@ def test_a_host_of_its_own_logs_in_as_a_member_of_qw_worker(stack):
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr  # idempotent: the role stays, its password is reasserted
     assert password not in ran.stdout + ran.stderr + again.stdout + again.stderr
+
+
+def test_no_service_was_refused_a_privilege_while_the_demo_ran(stack):
+    def demo_done() -> bool:
+        with psycopg.connect(stack.url(), autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FILTER (WHERE status <> 'completed') = 0 AND count(*) > 0"
+                                " FROM ingest_jobs WHERE reason = 'demo'").fetchone()[0]
+
+    wait_until(demo_done, timeout=180, interval=1, what="the demo's jobs")
+    services = [s for s in stack.compose("config", "--services").stdout.split() if s != "postgres"]  # its log has our probes
+    logs = stack.compose("logs", "--no-color", *services).stdout
+    refused = [line for line in logs.splitlines() if "permission denied" in line.lower() or "insufficient" in line.lower()]
+    assert refused == [], refused[:20]
