@@ -23,7 +23,7 @@ SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
 EVERY_HOST = {"hw-metrics"}
-HEAD = {"postgres", "orchestrator", "scheduler", "dashboard", "demo"}
+HEAD = {"postgres", "migrate", "orchestrator", "scheduler", "dashboard", "demo"}
 CPU = {"cpu-worker", "ingest-worker", "ingest-worker-2"}
 
 
@@ -90,7 +90,7 @@ def test_head_alone_is_a_working_control_plane():
 
 def test_no_password_is_written_in_the_stack():
     text = COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + (ROOT / "docker" / "Dockerfile").read_text()
-    assert "PASSWORD:" not in text.replace("POSTGRES_PASSWORD_FILE:", "").replace("QW_WORKER_PASSWORD_FILE:", "")
+    assert "PASSWORD:" not in text.replace("POSTGRES_PASSWORD_FILE:", "")
     for env in ROLE_ENVS:
         assert "PASSWORD" not in env.read_text(), env.name
     services = _load(COMPOSE)["services"]
@@ -109,12 +109,54 @@ def test_only_hw_metrics_gets_the_docker_socket_and_read_only():
     assert all(str(v).endswith(":ro") for v in services["hw-metrics"]["volumes"])
 
 
-def test_workers_connect_as_the_worker_role_and_the_orchestrator_as_the_owner():
+def test_each_service_connects_as_its_own_role_and_only_migrate_as_the_owner():
     services = _load(COMPOSE)["services"]
-    for name in CPU | {"scheduler", "hw-metrics", "dashboard", *GPU_SERVICES.values()}:
-        assert services[name]["environment"]["QW_DATABASE_URL"].startswith("postgresql://qw_worker@"), name
-        assert services[name]["secrets"][0]["source"] == "worker_db_password", name
-    assert services["orchestrator"]["secrets"][0]["source"] == "postgres_password"
+    expected = {name: ("${QW_DB_WORKER_USER:-qw_worker}", "worker_db_password") for name in CPU | {"demo", *GPU_SERVICES.values()}}
+    expected.update({
+        "orchestrator": ("qw_orchestrator", "orchestrator_db_password"), "scheduler": ("qw_scheduler", "scheduler_db_password"),
+        "dashboard": ("qw_dashboard", "dashboard_db_password"), "hw-metrics": ("${QW_DB_METRICS_USER:-qw_metrics}", "metrics_db_password"),
+        "migrate": ("${QW_DB_OWNER:-qw}", "postgres_password"),
+    })
+    for name, (user, secret) in expected.items():
+        env = services[name]["environment"]
+        assert env["QW_DATABASE_URL"].startswith(f"postgresql://{user}@"), name
+        assert secret in [s if isinstance(s, str) else s["source"] for s in services[name]["secrets"]], name
+    # The owner only over Postgres's own loopback: migrate shares its network namespace.
+    assert services["migrate"]["network_mode"] == "service:postgres" and "@127.0.0.1:5432/" in services["migrate"]["environment"]["QW_DATABASE_URL"]
+    assert services["orchestrator"]["environment"]["QW_MIGRATE_ON_START"] == "false"
+    assert services["postgres"]["environment"]["POSTGRES_USER"] == "postgres"  # the superuser, socket only
+
+
+def test_long_running_head_services_wait_for_the_migrate_service():
+    services = _load(COMPOSE)["services"]
+    for name in ("orchestrator", "scheduler"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+    assert services["migrate"]["restart"] == "no" and services["migrate"]["profiles"] == ["head"]
+    head_only = _load(HEAD_OVERRIDE)["services"]
+    for name in CPU | {"hw-metrics", *GPU_SERVICES.values()}:
+        assert "depends_on" not in services[name], name  # other hosts have no local Postgres or migrate
+        assert head_only[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+
+
+def test_every_container_drops_capabilities_and_has_a_read_only_root():
+    services = _load(COMPOSE)["services"]
+    for name, svc in services.items():
+        assert svc["cap_drop"] == ["ALL"] and "cap_add" not in svc, name
+        assert svc["security_opt"] == ["no-new-privileges:true"], name
+        assert svc["read_only"] is True and "/tmp" in svc["tmpfs"], name
+        assert not svc.get("privileged"), name
+
+
+def test_pg_hba_admits_other_hosts_only_over_tls_and_never_as_the_owner():
+    rules = [line.split() for line in (ROOT / "deploy" / "postgres" / "pg_hba.conf").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    for kind, _database, users, *rest in rules:
+        address = rest[0] if kind != "local" else ""
+        if kind == "local" or address in ("127.0.0.1/32", "::1/128") or rest[-1] == "reject":
+            continue
+        assert all(u.startswith("+qw_") for u in users.split(",")), rules  # never all, the owner, postgres
+        assert kind == "hostssl" or address == "samenet", rules
+    assert "hba_file=/etc/qw-postgres/pg_hba.conf" in _load(COMPOSE)["services"]["postgres"]["command"]
 
 
 @pytest.mark.parametrize("env", ROLE_ENVS, ids=lambda p: p.name)

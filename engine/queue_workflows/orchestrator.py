@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from . import app_loader, db, reclaim
+from . import app_loader, config, db, reclaim
 from .leadership import Elector, Term
 from .retention import Retention
 from .backoff import Backoff
@@ -30,11 +30,16 @@ log = logging.getLogger("queue_workflows.orchestrator")  # also when run as __ma
 
 
 def bootstrap_when_reachable(stop: threading.Event, *, timeout: float = 120.0) -> bool:
-    """Apply the migration chain, first waiting for Postgres to accept connections.
+    """Apply the migration chain (or, with QW_MIGRATE_ON_START=false, wait for it), first waiting for Postgres.
 
     Waits only on what time may cure (a compose stack starts Postgres later); a malformed DSN,
     a missing database or a refused login raise ConfigError at once. False when stopped first.
     """
+    if not config.current().settings.migrate_on_start:
+        # Another role migrates (the stack's `migrate` service); this one may only wait for it.
+        version = db.wait_for_schema(stop=stop)
+        log.info("schema ready (version %d, migrated elsewhere)", version)
+        return not stop.is_set()
     backoff = Backoff(initial=0.2, maximum=3.0)
     deadline = time.monotonic() + timeout
     while not stop.is_set():

@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     leader_lease_seconds: float = Field(default=5.0, gt=0, le=3600)
     leader_renew_seconds: float | None = Field(default=None, gt=0)
     schema_wait_seconds: float = Field(default=60.0, ge=0)
+    # The compose stack migrates in a one-shot service as the schema owner; its orchestrators, which
+    # may not change the schema, wait for it instead (QW_MIGRATE_ON_START=false).
+    migrate_on_start: bool = Field(default=True, description="the orchestrator applies migrations at start; false: it waits for the schema")
 
     max_attempts: int = Field(default=3, ge=1, le=1000)
     retry_base_seconds: float = Field(default=2.0, gt=0)

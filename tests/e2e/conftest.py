@@ -23,6 +23,9 @@ import pytest
 from e2e_support import ROOT, engine_problem
 
 E2E_DIR = Path(__file__).resolve().parent
+SECRET_FILES = ("postgres_password", "orchestrator_db_password", "scheduler_db_password", "dashboard_db_password",
+                "worker_db_password", "metrics_db_password", "dashboard_password")
+SECRETS_GID = 10001  # the images' user's group, compose.yaml's QW_SECRETS_GID default
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -82,9 +85,10 @@ class Stack:
                 found.setdefault(row["Service"], []).append((row["State"], row.get("Health", "")))
         return found
 
-    def url(self, role: str = "owner") -> str:
+    def url(self, role: str = "orchestrator") -> str:
+        """A DSN through the published port as one of the services' roles (the owner may not log in there)."""
         port = self.compose("port", "postgres", "5432").stdout.strip().rsplit(":", 1)[1]
-        user, secret = ("qw", "postgres_password") if role == "owner" else ("qw_worker", "worker_db_password")
+        user, secret = ("qw", "postgres_password") if role == "owner" else (f"qw_{role}", f"{role}_db_password")
         return f"postgresql://{user}:{(self.secrets / secret).read_text().strip()}@127.0.0.1:{port}/qw"
 
     def logs(self) -> str:
@@ -101,9 +105,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         subprocess.run([str(ROOT / "docker" / "build-images.sh")], cwd=ROOT, check=True, timeout=1800)
         print(f"\nimages built in {time.monotonic() - started:.1f}s")
     secrets = tmp_path_factory.mktemp("secrets")
-    for name in ("postgres_password", "worker_db_password", "dashboard_password"):
+    secrets.chmod(0o755)
+    for name in SECRET_FILES:
         (secrets / name).write_text(uuid.uuid4().hex + "\n")
-        (secrets / name).chmod(0o644)
+        # Readable by the containers' group only, as deploy/make-secrets.sh leaves them.
+        os.chown(secrets / name, -1, SECRETS_GID)
+        (secrets / name).chmod(0o640)
     running = Stack(secrets)
     started = time.monotonic()
     running.compose("up", "-d")

@@ -52,6 +52,9 @@ def test_the_readme_compose_block_runs_as_written(tmp_path):
         assert ran.returncode == 0, f"README block failed ({ran.returncode}):\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
         # `qw status` ran inside the orchestrator: the leader and the schema answered.
         assert "leader" in ran.stdout, ran.stdout[-3000:]
+        # The containers read the secrets through their group; no other user on the host can.
+        modes = {f.name: f.stat().st_mode & 0o777 for f in (repo / "deploy" / "secrets").glob("*password")}
+        assert modes and all(mode & 0o007 == 0 for mode in modes.values()), modes
     finally:
         subprocess.run(["docker", "compose", "down", "-v", "--remove-orphans", "--timeout", "10"], cwd=repo, env=env,
                        capture_output=True, timeout=300)
