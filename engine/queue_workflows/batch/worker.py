@@ -2,16 +2,20 @@
 
 A `ClaimWorker` in every other respect (session, lock, liveness beat, ON/OFF, throttle, stop):
 only the drain differs. One statement claims the batch, capped at this worker's share of the
-queue; the liveness beat leases every row of it and hands the unstarted ones back if the
-worker trips; outcomes are written together with the next claim, in one transaction:
-successes in one statement, a failure through the usual retry-or-fail pair, and rows a stop
-left unstarted handed back uncharged. A gpu worker never batches: it keeps concurrency 1.
+queue, in claim order, leased but uncharged. Each row's start is recorded before its code
+runs (its attempt charged then), in one round trip that also stores the rows finished since
+the last one, so a crash blames only the running row and loses no finished one. The last
+outcomes are written with the next claim, in one transaction: successes in one statement,
+a failure through the usual retry-or-fail pair, and rows a stop left unstarted handed back.
+If the worker trips, the beat stores what finished and hands back what never started
+(ledger.py). A gpu worker never batches: it keeps concurrency 1.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from functools import cache, partial
 from typing import Any
 
@@ -28,6 +32,7 @@ from ..liveness.watchdogs import budget_for
 from ..payloads import clean_text
 from ..queries import JobTable
 from ..session import first_line
+from .ledger import BatchLedger, Finished
 from .runner import BatchRunner, Job, Mode
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,8 @@ class BatchWorker(ClaimWorker):
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._batch: list[Job] = []
+        self._ledger: BatchLedger | None = None
+        self._start_lock = threading.Lock()  # threads mode: one start record at a time on the session
 
     def drain(self) -> int:
         """Claim, run and store batches until the queue is empty (or we are told to stop)."""
@@ -96,26 +103,65 @@ class BatchWorker(ClaimWorker):
 
     def _run_batch(self, jobs: list[Job]) -> list[Outcome | None]:
         self._batch, self._job = jobs, jobs[0]
+        self._ledger = BatchLedger(jobs, self._outcome_statements)
         ids = tuple(j["id"] for j in jobs)
         if self.runner.mode == "sequential":
             budget = self._budget(jobs[0])  # the watchdogs then follow each job as it starts
         else:  # concurrent: the batch as a whole, at its slowest job's pace
             budget = max(map(self._budget, jobs)) * math.ceil(len(jobs) / self.runner.concurrency)
-        self.beat.job_started(self.table, ids[0], budget, batch=ids)
-
-        def started(job: Job) -> None:
-            self._job = job
-            self.beat.job_advanced(job["id"], self._budget(job))
-
-        outcomes = self.runner.run(jobs, on_start=started, stop=self.stop_event)
+        self.beat.job_started(self.table, ids[0], budget, batch=ids, rows=self._ledger)
+        outcomes = self.runner.run(jobs, start=self._start_row, finish=self._ledger.finish, stop=self.stop_event)
         self.jobs_done += sum(o is not None for o in outcomes)
         return outcomes
 
-    def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
-        """The batch's outcomes and the next claim, one transaction; a refused batch write is retried job by job."""
-        self.beat.job_finished()  # before the commit: revocations we cause ourselves must not stop us
+    def _start_row(self, job: Job) -> bool:
+        """Record the row's start (and store the rows finished since the last record) before its code runs."""
+        ledger = self._ledger
+        if ledger is None or not ledger.start(job["id"]):
+            return False
+        with self._start_lock:
+            attempts = self.session.run(partial(self._record_start, ledger=ledger, job_id=job["id"]))
+        if attempts is None:
+            ledger.not_ours(job["id"])
+            return False
+        job["attempts"] = attempts
+        if self.runner.mode == "sequential":
+            self._job = job
+            self.beat.job_advanced(job["id"], self._budget(job))
+        return True
+
+    def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
+        """One round trip, committed without waiting for the disk: the attempt it charged, or None if the row is not ours."""
+        finished = ledger.finished()
+        head: list[jobstore.Statement] = [(queries.query("async_commit"), {})]
+        start = (queries.query("start_batch_row", self.table), {"job_id": job_id, "worker_id": self.worker_id})
         try:
-            statements = self._outcome_statements(jobs, outcomes)
+            cursors = db.one_round_trip(conn, [*head, *self._finished_statements(finished), start])
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the row about to start
+            log.error("batch write refused (%s); storing its %d finished jobs one by one", first_line(exc), len(finished))
+            for job, outcome in finished:
+                self._store_alone(conn, job, outcome)
+            cursors = db.one_round_trip(conn, [*head, start])
+        ledger.stored(finished)
+        row = cursors[-1].fetchone()
+        return None if row is None else int(row["attempts"])
+
+    def _finished_statements(self, finished: Finished) -> list[jobstore.Statement]:
+        return self._outcome_statements([j for j, _ in finished], [o for _, o in finished]) if finished else []
+
+    def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
+        """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job."""
+        self.beat.job_finished()  # before the commit: revocations we cause ourselves must not stop us
+        ledger = self._ledger
+        assert ledger is not None
+        finished = ledger.finished()
+        unstarted = [j for j, o in zip(jobs, outcomes) if o is None]
+        pending_jobs = [*(j for j, _ in finished), *unstarted]
+        pending_outcomes: list[Outcome | None] = [*(o for _, o in finished), *(None for _ in unstarted)]
+        try:
+            statements = self._outcome_statements(pending_jobs, pending_outcomes)
             claim_next = self._may_claim()
             if claim_next:
                 statements.append(self._claim_statement_batch())
@@ -124,11 +170,12 @@ class BatchWorker(ClaimWorker):
         except psycopg.OperationalError:
             raise
         except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
-            log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(jobs))
-            for job, outcome in zip(jobs, outcomes):
+            log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(pending_jobs))
+            for job, outcome in zip(pending_jobs, pending_outcomes):
                 self._store_alone(conn, job, outcome)
             next_jobs = self._claim_batch(conn) if self._may_claim() else []
-        self._batch, self._job = [], None
+        ledger.stored(finished)
+        self._batch, self._job, self._ledger = [], None, None
         self._report_batch(jobs, outcomes)
         return next_jobs
 
@@ -180,13 +227,18 @@ class BatchWorker(ClaimWorker):
             log.debug("batch of %d stored (%d not started, handed back)", len(jobs), sum(o is None for o in outcomes))
 
     def _abandon(self, job_id: int) -> None:
-        """Grace ran out mid-batch: every row of it goes back uncharged, then the process leaves."""
-        if self._batch:
+        """Grace ran out mid-batch: what finished is stored, the rest goes back uncharged, then the process leaves."""
+        ledger = self._ledger
+        if ledger is not None:
+            self.beat.job_finished()  # the release below revokes rows: that must not read as a takeover
+            finished, running, unstarted = ledger.close()
             try:
-                with db.connect(autocommit=True, url=self.url) as conn:
-                    jobstore.release(conn, self.table, [j["id"] for j in self._batch if j["id"] != job_id], self.worker_id)
+                with db.connect(autocommit=True, url=self.url) as conn, conn.transaction():
+                    for statement in finished:
+                        conn.execute(*statement)
+                    jobstore.release(conn, self.table, [*running, *unstarted], self.worker_id)
             except psycopg.Error as exc:
-                log.warning("batch rows not handed back (%s); their leases will return them", first_line(exc))
+                log.warning("batch rows not stored or handed back (%s); their leases will return them", first_line(exc))
         super()._abandon(job_id)
 
     def _shutdown(self) -> None:

@@ -96,9 +96,11 @@ RETURNING *;
 
 -- name: release_job
 -- Hand running jobs back untouched (graceful stop, a batch's unstarted rows): no attempt charged.
+-- Only a started row (started_at set) had its attempt charged, so only it gets one back.
 UPDATE {table}
    SET status = 'queued', claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL,
-       attempts = greatest(attempts - 1, 0), started_at = NULL, updated_at = now()
+       attempts = CASE WHEN started_at IS NULL THEN attempts ELSE greatest(attempts - 1, 0) END,
+       started_at = NULL, updated_at = now()
  WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(worker_id)s AND status = 'running'
 RETURNING id;
 
@@ -113,12 +115,13 @@ RETURNING id;
 -- Running jobs whose worker no session speaks for any more: suspects, reclaimed only if
 -- still lockless a moment later (a live worker restores a dropped connection within that).
 -- A job claimed before the current server start lost its lock in the restart, not in a
--- crash: its worker gets the grace period to reconnect and retake the lock.
+-- crash: its worker gets the grace period to reconnect and retake the lock. (A batch row
+-- not started yet has no started_at: its claim or last renewal stands in.)
 SELECT j.id
   FROM {table} j
  WHERE j.status = 'running'
    AND j.claim_lock_key IS NOT NULL
-   AND (j.started_at > pg_postmaster_start_time()
+   AND (coalesce(j.started_at, j.updated_at) > pg_postmaster_start_time()
         OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
    AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM qw_worker_sessions);
 
@@ -379,29 +382,48 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
 -- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
 -- queued (depth over the queue's live workers, rounded up), so a batch never leaves its peers
 -- idle on a short queue. The depth count stops at limit x workers: it stays cheap at any backlog.
+-- The rows are leased but not started: no attempt is charged (started_at stays NULL) until
+-- start_batch_row, so a crash charges only the row that was running. RETURNING has no order
+-- of its own: the rows come back in claim order, the order they are to run in.
 WITH peers AS (
     SELECT greatest(count(*), 1) AS n FROM worker_heartbeats WHERE queue = %(queue)s
 ), depth AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM {table} WHERE status = 'queued' AND queue = %(queue)s
              LIMIT %(limit)s::bigint * (SELECT n FROM peers)) AS q
+), claimed AS (
+    UPDATE {table} AS j
+       SET status = 'running',
+           claimed_by = %(worker_id)s,
+           claim_lock_key = %(lock_key)s,
+           lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+           started_at = NULL,
+           updated_at = now()
+     WHERE j.id IN (
+            SELECT id
+              FROM {table}
+             WHERE status = 'queued' AND queue = %(queue)s
+             ORDER BY {order_by}
+               FOR UPDATE SKIP LOCKED
+             LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int)
+    RETURNING j.*
 )
-UPDATE {table} AS j
-   SET status = 'running',
-       claimed_by = %(worker_id)s,
-       claim_lock_key = %(lock_key)s,
-       attempts = j.attempts + 1,
-       lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-       started_at = now(),
-       updated_at = now()
- WHERE j.id IN (
-        SELECT id
-          FROM {table}
-         WHERE status = 'queued' AND queue = %(queue)s
-         ORDER BY {order_by}
-           FOR UPDATE SKIP LOCKED
-         LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int)
-RETURNING j.*;
+SELECT * FROM claimed ORDER BY {order_by};
+
+-- name: start_batch_row
+-- A batch row starts: its attempt is charged now, and started_at marks it as started (the
+-- reclaim then blames it, and release_job refunds it). Repeating it charges nothing more;
+-- no row back means the row is no longer the caller's, so it must not run.
+UPDATE {table}
+   SET attempts = attempts + CASE WHEN started_at IS NULL THEN 1 ELSE 0 END,
+       started_at = coalesce(started_at, now()), updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+RETURNING id, attempts;
+
+-- name: async_commit
+-- For a batch row's start record: a killed worker cannot lose what the server already
+-- committed; only a server crash could, and then the row merely runs again.
+SET LOCAL synchronous_commit = off;
 
 -- name: complete_batch
 -- A batch's successes in one statement; a row no longer the caller's is left alone (and not returned).
