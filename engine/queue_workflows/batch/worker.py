@@ -131,21 +131,30 @@ class BatchWorker(ClaimWorker):
         return True
 
     def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
-        """One round trip, committed without waiting for the disk: the attempt it charged, or None if the row is not ours."""
+        """One statement, committed without waiting for the disk: the attempt it charged, or None if the row is not ours.
+
+        It also stores the success finished just before; any other finished rows (a failure,
+        or several at once in threads mode) ride ahead of it in the same round trip.
+        """
         finished = ledger.finished()
-        head: list[jobstore.Statement] = [(queries.query("async_commit"), {})]
-        start = (queries.query("start_batch_row", self.table), {"job_id": job_id, "worker_id": self.worker_id})
+        last = finished[-1] if finished and finished[-1][1].status == "completed" else None
+        ahead = finished[:-1] if last is not None else finished
+        start = (queries.query("start_batch_row", self.table), {
+            "job_id": job_id, "worker_id": self.worker_id,
+            "done_id": last[0]["id"] if last else None, "done_result": last[1].result if last else None})
         try:
-            cursors = db.one_round_trip(conn, [*head, *self._finished_statements(finished), start])
+            if ahead:
+                row = db.one_round_trip(conn, [*self._finished_statements(ahead), start])[-1].fetchone()
+            else:
+                row = conn.execute(*start).fetchone()
         except psycopg.OperationalError:
             raise
         except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the row about to start
             log.error("batch write refused (%s); storing its %d finished jobs one by one", first_line(exc), len(finished))
             for job, outcome in finished:
                 self._store_alone(conn, job, outcome)
-            cursors = db.one_round_trip(conn, [*head, start])
+            row = conn.execute(start[0], {**start[1], "done_id": None, "done_result": None}).fetchone()
         ledger.stored(finished)
-        row = cursors[-1].fetchone()
         return None if row is None else int(row["attempts"])
 
     def _finished_statements(self, finished: Finished) -> list[jobstore.Statement]:

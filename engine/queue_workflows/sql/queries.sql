@@ -413,17 +413,27 @@ SELECT * FROM claimed ORDER BY {order_by};
 -- name: start_batch_row
 -- A batch row starts: its attempt is charged now, and started_at marks it as started (the
 -- reclaim then blames it, and release_job refunds it). Repeating it charges nothing more;
--- no row back means the row is no longer the caller's, so it must not run.
+-- no row back means the row is no longer the caller's, so it must not run. The row that
+-- succeeded just before (`done_id`, or NULL) is stored by the same statement, which commits
+-- without waiting for the disk (`async`, local to its own transaction): a killed worker
+-- cannot lose what the server has committed, only a server crash could, and then that row
+-- merely runs again. One statement, one round trip per row; each row by its primary key, so
+-- even a generic plan on a just-filled table never scans the running rows.
+WITH async AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+), done AS (
+    UPDATE {table}
+       SET status = 'completed', {result_column} = %(done_result)s, error = NULL,
+           lease_expires_at = NULL, finished_at = now(), updated_at = now()
+     WHERE id = %(done_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+    RETURNING id
+)
 UPDATE {table}
    SET attempts = attempts + CASE WHEN started_at IS NULL THEN 1 ELSE 0 END,
        started_at = coalesce(started_at, now()), updated_at = now()
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
-RETURNING id, attempts;
-
--- name: async_commit
--- For a batch row's start record: a killed worker cannot lose what the server already
--- committed; only a server crash could, and then the row merely runs again.
-SET LOCAL synchronous_commit = off;
+   AND (SELECT setting FROM async) = 'off'
+RETURNING id, attempts, (SELECT count(*) FROM done) AS stored;
 
 -- name: complete_batch
 -- A batch's successes in one statement; a row no longer the caller's is left alone (and not returned).
