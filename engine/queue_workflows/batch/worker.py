@@ -110,7 +110,7 @@ class BatchWorker(ClaimWorker):
         else:  # concurrent: the batch as a whole, at its slowest job's pace
             budget = max(map(self._budget, jobs)) * math.ceil(len(jobs) / self.runner.concurrency)
         self.beat.job_started(self.table, ids[0], budget, batch=ids, rows=self._ledger)
-        outcomes = self.runner.run(jobs, start=self._start_row, finish=self._ledger.finish, stop=self.stop_event)
+        outcomes = self.runner.run(jobs, start=self._start_row, finish=self._row_finished, stop=self.stop_event)
         self.jobs_done += sum(o is not None for o in outcomes)
         return outcomes
 
@@ -129,6 +129,12 @@ class BatchWorker(ClaimWorker):
             self._job = job
             self.beat.job_advanced(job["id"], self._budget(job))
         return True
+
+    def _row_finished(self, job: Job, outcome: Outcome) -> None:
+        if self._ledger is not None:
+            self._ledger.finish(job, outcome)
+        if self.runner.mode == "sequential":
+            self.watch.finish()  # its code returned: no watchdog may trip on it now
 
     def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
         """One statement, committed without waiting for the disk: the attempt it charged, or None if the row is not ours.
@@ -161,8 +167,12 @@ class BatchWorker(ClaimWorker):
         return self._outcome_statements([j for j, _ in finished], [o for _, o in finished]) if finished else []
 
     def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
-        """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job."""
-        self.beat.job_finished()  # before the commit: revocations we cause ourselves must not stop us
+        """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job.
+
+        The beat keeps the batch until this commits: a trip meanwhile stores the same outcomes
+        itself (the writes are fenced, so whichever commits second matches nothing), and the
+        rows this commit releases are unstarted ones, whose loss never stops the worker.
+        """
         ledger = self._ledger
         assert ledger is not None
         finished = ledger.finished()
@@ -184,6 +194,7 @@ class BatchWorker(ClaimWorker):
                 self._store_alone(conn, job, outcome)
             next_jobs = self._claim_batch(conn) if self._may_claim() else []
         ledger.stored(finished)
+        self.beat.job_finished()
         self._batch, self._job, self._ledger = [], None, None
         self._report_batch(jobs, outcomes)
         return next_jobs
