@@ -69,7 +69,8 @@ def test_kill_9_mid_batch_fails_only_the_running_row_and_requeues_the_unstarted_
     never = str(tmp_path / "never-created")  # the 4th job waits until its worker is killed
     ids = enqueue([{"task_name": "record", "max_attempts": 1,
                     "args": {"token": f"k{i}", **({"first_run_wait_file": never} if i == 3 else {})}} for i in range(10)])
-    wait_until(lambda: len(runs(database_url)) == 4, timeout=20, what="4 rows of the batch started")
+    wait_until(lambda: len(runs(database_url)) == 4 and jobs(database_url)[3]["attempts"] == 1, timeout=20,
+               what="4 rows of the batch started, the 4th recorded as running")
     os.kill(victim.pid, signal.SIGKILL)
     rescuer = procs.worker(env, "fetch", "--batch", "10")
     wait_until(lambda: all_settled(database_url), timeout=60, what=f"every row settled\n{procs.logs()}")
@@ -94,9 +95,14 @@ def test_a_job_that_kills_its_worker_fails_alone_and_its_batch_mates_run_once(da
     poison = rows[ids[4]]
     assert (poison["status"], poison["attempts"]) == ("failed", 3) and "abandoned after 3 attempts" in poison["error"]
     innocent = [rows[i] for i in ids if i != ids[4]]
-    assert [(r["status"], r["attempts"]) for r in innocent] == [("completed", 1)] * 9
-    assert runs(database_url) == Counter({"poison": 3, **{f"p{i}": 1 for i in range(10) if i != 4}})
-    assert exits.count(-signal.SIGKILL) == 3, exits
+    assert [(r["status"], r["attempts"]) for r in innocent] == [("completed", 1)] * 9, "no batch-mate charged or failed"
+    ran = runs(database_url)
+    # A crash within a progress interval of the poison's start is not yet blamed on it: it goes back
+    # uncharged and suspect, and its next runs are recorded before they start. So it runs 3 or 4
+    # times; rows that finished in that last interval run once more, and none of the rest does.
+    assert ran["poison"] in (3, 4) and exits.count(-signal.SIGKILL) == ran["poison"], (ran, exits)
+    assert all(ran[f"p{i}"] == 1 for i in range(5, 10)), ran
+    assert all(ran[f"p{i}"] in (1, 2) for i in range(4)), ran
 
 
 @pytest.mark.parametrize("how", ["cancel_an_unstarted_row", "hard_off"])

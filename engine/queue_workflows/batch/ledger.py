@@ -1,7 +1,8 @@
 """Where each row of a claimed batch stands: unstarted, running, finished in memory, or stored.
 
-The runner's threads and the liveness beat both read it, so a trip can store what finished
-and hand back only what never started, and a row taken from the batch stops the worker
+The runner's threads, the progress writer and the liveness beat all read it: the writer
+records which rows started (charging them) and stores what finished, a trip does the same
+and hands back only what never started, and a row taken from the batch stops the worker
 only if its code is running.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..executor import Outcome
@@ -18,19 +20,33 @@ Job = dict[str, Any]
 Finished = list[tuple[Job, Outcome]]
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the database does not know yet: rows started but not charged, and rows finished but not stored."""
+
+    uncharged: list[int]
+    finished: Finished
+
+    def __bool__(self) -> bool:
+        return bool(self.uncharged or self.finished)
+
+
 class BatchLedger:
-    def __init__(self, jobs: Sequence[Job], outcome_statements: Callable[[list[Job], list[Outcome | None]], list[Statement]]) -> None:
+    def __init__(self, jobs: Sequence[Job], outcome_statements: Callable[[list[Job], list[Outcome | None]], list[Statement]],
+                 charge_statement: Callable[[list[int]], Statement]) -> None:
         self._lock = threading.Lock()
         self._order = [job["id"] for job in jobs]
         self._unstarted = set(self._order)
         self._running: set[int] = set()
+        self._charged: set[int] = set()  # started, and known so to the database
         self._finished: dict[int, tuple[Job, Outcome]] = {}  # in memory, not committed yet
         self._gone: set[int] = set()  # stored, or taken from us: no longer this batch's to lease
         self._outcome_statements = outcome_statements
+        self._charge_statement = charge_statement
         self.closed = False  # a trip is ending the process: nothing more may start
 
     def start(self, job_id: int) -> bool:
-        """Count the row as running from before its start record: a row taken meanwhile then stops the worker."""
+        """Count the row as running from before any record of it: a row taken meanwhile then stops the worker."""
         with self._lock:
             if self.closed or job_id not in self._unstarted:
                 return False
@@ -50,16 +66,24 @@ class BatchLedger:
             if job["id"] not in self._gone:
                 self._finished[job["id"]] = (job, outcome)
 
-    def finished(self) -> Finished:
-        """Rows finished in memory and not yet stored, in claim order."""
+    def progress(self) -> Progress:
         with self._lock:
-            return [self._finished[i] for i in self._order if i in self._finished]
+            started = [i for i in self._order if (i in self._running or i in self._finished) and i not in self._charged]
+            return Progress(started, [self._finished[i] for i in self._order if i in self._finished])
 
-    def stored(self, rows: Finished) -> None:
+    def recorded(self, progress: Progress) -> None:
         with self._lock:
-            for job, _ in rows:
+            self._charged.update(progress.uncharged)
+            for job, _ in progress.finished:
                 self._finished.pop(job["id"], None)
                 self._gone.add(job["id"])
+
+    def statements(self, progress: Progress) -> list[Statement]:
+        """Charge the started rows first: a failure's retry-or-fail decision counts that attempt."""
+        statements = [self._charge_statement(progress.uncharged)] if progress.uncharged else []
+        if progress.finished:
+            statements += self._outcome_statements([j for j, _ in progress.finished], [o for _, o in progress.finished])
+        return statements
 
     def unstored_ids(self) -> list[int]:
         """The rows this worker still holds running in the table (what its lease must cover)."""
@@ -79,11 +103,12 @@ class BatchLedger:
             return lost & self._running
 
     def close(self) -> tuple[list[Statement], list[int], list[int]]:
-        """For a trip: the finished rows' statements, the running rows, the unstarted rows; nothing starts after."""
+        """For a trip: the statements recording what started and finished, the running rows, the unstarted rows.
+
+        Nothing starts after it.
+        """
         with self._lock:
             self.closed = True
-            finished = [self._finished[i] for i in self._order if i in self._finished]
             running = [i for i in self._order if i in self._running]
             unstarted = [i for i in self._order if i in self._unstarted]
-        statements = self._outcome_statements([j for j, _ in finished], [o for _, o in finished]) if finished else []
-        return statements, running, unstarted
+        return self.statements(self.progress()), running, unstarted

@@ -2,13 +2,15 @@
 
 A `ClaimWorker` in every other respect (session, lock, liveness beat, ON/OFF, throttle, stop):
 only the drain differs. One statement claims the batch, capped at this worker's share of the
-queue, in claim order, leased but uncharged. Each row's start is recorded before its code
-runs (its attempt charged then), in one round trip that also stores the rows finished since
-the last one, so a crash blames only the running row and loses no finished one. The last
-outcomes are written with the next claim, in one transaction: successes in one statement,
-a failure through the usual retry-or-fail pair, and rows a stop left unstarted handed back.
-If the worker trips, the beat stores what finished and hands back what never started
-(ledger.py). A gpu worker never batches: it keeps concurrency 1.
+queue, in claim order, leased but uncharged. A row's attempt is charged when it starts: by
+the progress record (progress.py) that every 50 ms stores what finished and charges what
+started, or, for a row the reclaim flagged suspect, by its own record before its code runs.
+So a crash blames only rows that ran, and loses at most the last 50 ms of finished rows,
+which go back uncharged (and suspect) rather than failing. The rest is written with the
+next claim, in one durable transaction: successes in one statement, a failure through the
+usual retry-or-fail pair, rows a stop left unstarted handed back. If the worker trips, the
+beat stores what finished and hands back what never started (ledger.py). A gpu worker
+never batches: it keeps concurrency 1.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from ..liveness.watchdogs import budget_for
 from ..payloads import clean_text
 from ..queries import JobTable
 from ..session import first_line
-from .ledger import BatchLedger, Finished
+from .ledger import BatchLedger
+from .progress import ProgressWriter
 from .runner import BatchRunner, Job, Mode
 
 log = logging.getLogger(__name__)
@@ -69,7 +72,9 @@ class BatchWorker(ClaimWorker):
             raise ConfigError(str(exc)) from None
         self._batch: list[Job] = []
         self._ledger: BatchLedger | None = None
-        self._start_lock = threading.Lock()  # threads mode: one start record at a time on the session
+        # One record of the batch's progress at a time: no two transactions update its rows in different orders.
+        self._write_lock = threading.Lock()
+        self.progress = ProgressWriter(url=self.url, current=lambda: self._ledger, write_lock=self._write_lock)
 
     def drain(self) -> int:
         """Claim, run and store batches until the queue is empty (or we are told to stop)."""
@@ -103,7 +108,9 @@ class BatchWorker(ClaimWorker):
 
     def _run_batch(self, jobs: list[Job]) -> list[Outcome | None]:
         self._batch, self._job = jobs, jobs[0]
-        self._ledger = BatchLedger(jobs, self._outcome_statements)
+        self._ledger = BatchLedger(jobs, self._outcome_statements, self._charge_statement)
+        if not self.progress.is_alive():
+            self.progress.start()
         ids = tuple(j["id"] for j in jobs)
         if self.runner.mode == "sequential":
             budget = self._budget(jobs[0])  # the watchdogs then follow each job as it starts
@@ -115,16 +122,18 @@ class BatchWorker(ClaimWorker):
         return outcomes
 
     def _start_row(self, job: Job) -> bool:
-        """Record the row's start (and store the rows finished since the last record) before its code runs."""
+        """A row starts: charged by the next progress record, or, if suspect, by its own record before its code runs."""
         ledger = self._ledger
         if ledger is None or not ledger.start(job["id"]):
             return False
-        with self._start_lock:
+        if job.get("batch_suspect"):
             attempts = self.session.run(partial(self._record_start, ledger=ledger, job_id=job["id"]))
-        if attempts is None:
-            ledger.not_ours(job["id"])
-            return False
-        job["attempts"] = attempts
+            if attempts is None:
+                ledger.not_ours(job["id"])
+                return False
+            job["attempts"] = attempts
+        else:
+            job["attempts"] += 1  # what its record will charge (claimed rows are uncharged)
         if self.runner.mode == "sequential":
             self._job = job
             self.beat.job_advanced(job["id"], self._budget(job))
@@ -137,34 +146,32 @@ class BatchWorker(ClaimWorker):
             self.watch.finish()  # its code returned: no watchdog may trip on it now
 
     def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
-        """One statement, committed without waiting for the disk: the attempt it charged, or None if the row is not ours.
-
-        It also stores the success finished just before; any other finished rows (a failure,
-        or several at once in threads mode) ride ahead of it in the same round trip.
-        """
-        finished = ledger.finished()
-        last = finished[-1] if finished and finished[-1][1].status == "completed" else None
-        ahead = finished[:-1] if last is not None else finished
-        start = (queries.query("start_batch_row", self.table), {
-            "job_id": job_id, "worker_id": self.worker_id,
-            "done_id": last[0]["id"] if last else None, "done_result": last[1].result if last else None})
-        try:
-            if ahead:
-                row = db.one_round_trip(conn, [*self._finished_statements(ahead), start])[-1].fetchone()
-            else:
+        """The batch's progress and this row's start, one round trip not waiting for the disk: its attempt, or None if not ours."""
+        start = (queries.query("start_batch_row", self.table), {"job_id": job_id, "worker_id": self.worker_id})
+        with self._write_lock:  # taken inside the session's own lock, as _store_batch does
+            progress = ledger.progress()
+            try:
+                row = db.one_round_trip(conn, [*ledger.statements(progress), start])[-1].fetchone()
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the row about to start
+                log.error("batch write refused (%s); storing its %d finished jobs one by one", first_line(exc), len(progress.finished))
+                self._store_progress_alone(conn, ledger)
                 row = conn.execute(*start).fetchone()
-        except psycopg.OperationalError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the row about to start
-            log.error("batch write refused (%s); storing its %d finished jobs one by one", first_line(exc), len(finished))
-            for job, outcome in finished:
-                self._store_alone(conn, job, outcome)
-            row = conn.execute(start[0], {**start[1], "done_id": None, "done_result": None}).fetchone()
-        ledger.stored(finished)
+            ledger.recorded(progress)
         return None if row is None else int(row["attempts"])
 
-    def _finished_statements(self, finished: Finished) -> list[jobstore.Statement]:
-        return self._outcome_statements([j for j, _ in finished], [o for _, o in finished]) if finished else []
+    def _charge_statement(self, ids: list[int]) -> jobstore.Statement:
+        return queries.query("charge_batch_rows", self.table), {"ids": ids, "worker_id": self.worker_id}
+
+    def _store_progress_alone(self, conn: Any, ledger: BatchLedger) -> None:
+        """After a refused write: the charges, then each finished row on its own."""
+        progress = ledger.progress()
+        if progress.uncharged:
+            db.one_round_trip(conn, [self._charge_statement(progress.uncharged)])
+        for job, outcome in progress.finished:
+            self._store_alone(conn, job, outcome)
+        ledger.recorded(progress)
 
     def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
         """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job.
@@ -175,25 +182,25 @@ class BatchWorker(ClaimWorker):
         """
         ledger = self._ledger
         assert ledger is not None
-        finished = ledger.finished()
         unstarted = [j for j, o in zip(jobs, outcomes) if o is None]
-        pending_jobs = [*(j for j, _ in finished), *unstarted]
-        pending_outcomes: list[Outcome | None] = [*(o for _, o in finished), *(None for _ in unstarted)]
-        try:
-            statements = self._outcome_statements(pending_jobs, pending_outcomes)
-            claim_next = self._may_claim()
-            if claim_next:
-                statements.append(self._claim_statement_batch())
-            cursors = db.one_round_trip(conn, statements)
-            next_jobs = list(cursors[-1].fetchall()) if claim_next else []
-        except psycopg.OperationalError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
-            log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(pending_jobs))
-            for job, outcome in zip(pending_jobs, pending_outcomes):
-                self._store_alone(conn, job, outcome)
-            next_jobs = self._claim_batch(conn) if self._may_claim() else []
-        ledger.stored(finished)
+        with self._write_lock:
+            progress = ledger.progress()
+            try:
+                statements = [*ledger.statements(progress), *self._outcome_statements(unstarted, [None] * len(unstarted))]
+                claim_next = self._may_claim()
+                if claim_next:
+                    statements.append(self._claim_statement_batch())
+                cursors = db.one_round_trip(conn, statements)
+                next_jobs = list(cursors[-1].fetchall()) if claim_next else []
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
+                log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(progress.finished))
+                self._store_progress_alone(conn, ledger)
+                for job in unstarted:
+                    self._store_alone(conn, job, None)
+                next_jobs = self._claim_batch(conn) if self._may_claim() else []
+            ledger.recorded(progress)
         self.beat.job_finished()
         self._batch, self._job, self._ledger = [], None, None
         self._report_batch(jobs, outcomes)
@@ -251,10 +258,10 @@ class BatchWorker(ClaimWorker):
         ledger = self._ledger
         if ledger is not None:
             self.beat.job_finished()  # the release below revokes rows: that must not read as a takeover
-            finished, running, unstarted = ledger.close()
+            recorded, running, unstarted = ledger.close()
             try:
                 with db.connect(autocommit=True, url=self.url) as conn, conn.transaction():
-                    for statement in finished:
+                    for statement in recorded:
                         conn.execute(*statement)
                     jobstore.release(conn, self.table, [*running, *unstarted], self.worker_id)
             except psycopg.Error as exc:
@@ -262,5 +269,6 @@ class BatchWorker(ClaimWorker):
         super()._abandon(job_id)
 
     def _shutdown(self) -> None:
+        self.progress.stop()
         super()._shutdown()
         self.runner.close()

@@ -128,6 +128,9 @@ SELECT j.id
 -- name: reclaim_orphans
 -- The one recovery path for a running job whose worker is gone: a suspect that still has
 -- no session holding its worker's lock (the process died), or a lapsed lease (the host vanished).
+-- A batch row never recorded as started goes back uncharged, flagged batch_suspect: it may
+-- have run (and killed its worker) between two progress records, so next time its start is
+-- recorded before it runs.
 WITH orphans AS (
     SELECT j.id, j.claimed_by
       FROM {table} j
@@ -143,6 +146,7 @@ UPDATE {table} j
                     THEN format('abandoned after %%s attempts: worker %%s died or lost its lease', j.attempts, o.claimed_by)
                     ELSE j.error END,
        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       batch_suspect = j.batch_suspect OR j.started_at IS NULL,
        claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL, updated_at = now()
   FROM orphans o
  WHERE j.id = o.id
@@ -383,8 +387,9 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
 -- queued (depth over the queue's live workers, rounded up), so a batch never leaves its peers
 -- idle on a short queue. The depth count stops at limit x workers: it stays cheap at any backlog.
 -- The rows are leased but not started: no attempt is charged (started_at stays NULL) until
--- start_batch_row, so a crash charges only the row that was running. RETURNING has no order
--- of its own: the rows come back in claim order, the order they are to run in.
+-- a row's start is recorded (start_batch_row, charge_batch_rows), so a crash charges only
+-- rows that ran. RETURNING has no order of its own: the rows come back in claim order, the
+-- order they are to run in.
 WITH peers AS (
     SELECT greatest(count(*), 1) AS n FROM worker_heartbeats WHERE queue = %(queue)s
 ), depth AS (
@@ -411,29 +416,34 @@ WITH peers AS (
 SELECT * FROM claimed ORDER BY {order_by};
 
 -- name: start_batch_row
--- A batch row starts: its attempt is charged now, and started_at marks it as started (the
--- reclaim then blames it, and release_job refunds it). Repeating it charges nothing more;
--- no row back means the row is no longer the caller's, so it must not run. The row that
--- succeeded just before (`done_id`, or NULL) is stored by the same statement, which commits
--- without waiting for the disk (`async`, local to its own transaction): a killed worker
--- cannot lose what the server has committed, only a server crash could, and then that row
--- merely runs again. One statement, one round trip per row; each row by its primary key, so
--- even a generic plan on a just-filled table never scans the running rows.
+-- A suspect batch row (batch_suspect) starts: its start is recorded, and its attempt charged,
+-- before its code runs, after charge_batch_rows and the outcomes of the rows finished since
+-- the last record, in one round trip. Repeating it charges nothing more; no row back means
+-- the row is no longer the caller's, so it must not run. Its transaction commits without
+-- waiting for the disk (`async`): a killed worker cannot lose what the server has committed;
+-- only a server crash could, and then those rows merely run again.
 WITH async AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
-), done AS (
-    UPDATE {table}
-       SET status = 'completed', {result_column} = %(done_result)s, error = NULL,
-           lease_expires_at = NULL, finished_at = now(), updated_at = now()
-     WHERE id = %(done_id)s AND claimed_by = %(worker_id)s AND status = 'running'
-    RETURNING id
 )
 UPDATE {table}
    SET attempts = attempts + CASE WHEN started_at IS NULL THEN 1 ELSE 0 END,
        started_at = coalesce(started_at, now()), updated_at = now()
  WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
    AND (SELECT setting FROM async) = 'off'
-RETURNING id, attempts, (SELECT count(*) FROM done) AS stored;
+RETURNING id, attempts;
+
+-- name: async_commit
+-- A batch's progress record: a killed worker cannot lose what the server has committed;
+-- only a server crash could, and then those rows merely run again.
+SET LOCAL synchronous_commit = off;
+
+-- name: charge_batch_rows
+-- Rows that have started since the last record: their attempt is charged (once: started_at
+-- guards it), so a crash now blames them and release_job refunds them.
+UPDATE {table}
+   SET attempts = attempts + 1, started_at = now(), updated_at = now()
+ WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(worker_id)s AND status = 'running' AND started_at IS NULL
+RETURNING id;
 
 -- name: complete_batch
 -- A batch's successes in one statement; a row no longer the caller's is left alone (and not returned).
