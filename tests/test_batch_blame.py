@@ -108,6 +108,7 @@ def test_a_job_that_kills_its_worker_fails_alone_and_its_batch_mates_run_once(da
 @pytest.mark.parametrize("how", ["cancel_an_unstarted_row", "hard_off"])
 def test_a_stop_after_half_the_batch_reruns_no_finished_row(database_url: str, procs: Procs, tmp_path: Path, how: str) -> None:
     env = service_env(database_url, QW_HOST_LABEL="box-a")
+    procs.orchestrator(env)
     worker = procs.worker(env, "fetch", "--batch", "10")
     wait_workers_ready(database_url, [worker])
     gate = tmp_path / "gate"  # the 6th row runs until the gate opens

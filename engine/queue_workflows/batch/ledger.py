@@ -66,6 +66,11 @@ class BatchLedger:
             if job["id"] not in self._gone:
                 self._finished[job["id"]] = (job, outcome)
 
+    def charged_and_finished(self) -> bool:
+        """Whether a row on record as started has finished unrecorded: a crash now would blame it."""
+        with self._lock:
+            return not self._charged.isdisjoint(self._finished)
+
     def progress(self) -> Progress:
         with self._lock:
             started = [i for i in self._order if (i in self._running or i in self._finished) and i not in self._charged]

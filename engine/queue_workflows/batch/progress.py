@@ -4,6 +4,8 @@ Each record charges the rows that started since the last one and stores the rows
 finished, in one round trip that does not wait for the disk. So a row that runs longer
 than that is charged before it can crash its worker, and a crash loses at most that long
 of finished rows, which go back uncharged (and suspect: see the reclaim) instead of failing.
+A charged row's outcome is recorded as soon as it finishes, before any other row starts
+(the worker calls `settle`), so the only charged rows a crash can leave are running ones.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ PROGRESS_SECONDS = 0.05
 
 
 class ProgressWriter(threading.Thread):
-    def __init__(self, *, url: str, current: Callable[[], BatchLedger | None], write_lock: threading.Lock,
+    def __init__(self, *, url: str, current: Callable[[], BatchLedger | None], write_lock: threading.RLock,
                  interval: float = PROGRESS_SECONDS) -> None:
         super().__init__(name="batch-progress", daemon=True)
         self.url = url
         self.current = current
-        self.write_lock = write_lock
+        self.write_lock = write_lock  # an RLock: settle() records under it
         self.interval = interval
         self._halt = threading.Event()
         self._conn: db.Conn | None = None
@@ -49,14 +51,28 @@ class ProgressWriter(threading.Thread):
                 self._failing = True
                 self._close()
 
+    def settle(self, ledger: BatchLedger) -> None:
+        """Record now if a row on record as started has finished, so a crash blames only running rows.
+
+        Checked under the write lock: a record in flight may be charging a row that has just finished.
+        """
+        with self.write_lock:
+            if ledger.charged_and_finished():
+                self.record(ledger)
+
     def record(self, ledger: BatchLedger) -> None:
+        """Record now (any thread); a failed record leaves the ledger as it was, for the next one."""
         with self.write_lock:
             progress = ledger.progress()
             if not progress or ledger.closed:
                 return
-            if self._conn is None or self._conn.closed:
-                self._conn = db.connect(autocommit=True, url=self.url)
-            db.one_round_trip(self._conn, [(queries.query("async_commit"), {}), *ledger.statements(progress)])
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = db.connect(autocommit=True, url=self.url)
+                db.one_round_trip(self._conn, [(queries.query("async_commit"), {}), *ledger.statements(progress)])
+            except psycopg.OperationalError:
+                self._close()
+                raise
             ledger.recorded(progress)
 
     def stop(self) -> None:

@@ -73,7 +73,7 @@ class BatchWorker(ClaimWorker):
         self._batch: list[Job] = []
         self._ledger: BatchLedger | None = None
         # One record of the batch's progress at a time: no two transactions update its rows in different orders.
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self.progress = ProgressWriter(url=self.url, current=lambda: self._ledger, write_lock=self._write_lock)
 
     def drain(self) -> int:
@@ -124,7 +124,10 @@ class BatchWorker(ClaimWorker):
     def _start_row(self, job: Job) -> bool:
         """A row starts: charged by the next progress record, or, if suspect, by its own record before its code runs."""
         ledger = self._ledger
-        if ledger is None or not ledger.start(job["id"]):
+        if ledger is None:
+            return False
+        self._settle(ledger)
+        if not ledger.start(job["id"]):
             return False
         if job.get("batch_suspect"):
             attempts = self.session.run(partial(self._record_start, ledger=ledger, job_id=job["id"]))
@@ -140,10 +143,20 @@ class BatchWorker(ClaimWorker):
         return True
 
     def _row_finished(self, job: Job, outcome: Outcome) -> None:
-        if self._ledger is not None:
-            self._ledger.finish(job, outcome)
         if self.runner.mode == "sequential":
             self.watch.finish()  # its code returned: no watchdog may trip on it now
+        ledger = self._ledger
+        if ledger is None:
+            return
+        ledger.finish(job, outcome)
+        self._settle(ledger)
+
+    def _settle(self, ledger: BatchLedger) -> None:
+        """A row on record as started that has finished is recorded at once; others wait for the next record."""
+        try:
+            self.progress.settle(ledger)
+        except psycopg.Error as exc:
+            log.warning("batch progress not recorded yet (%s); the next record tries again", first_line(exc))
 
     def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
         """The batch's progress and this row's start, one round trip not waiting for the disk: its attempt, or None if not ours."""
