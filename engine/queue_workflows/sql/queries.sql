@@ -227,10 +227,12 @@ RETURNING worker_id;
 
 -- name: watchdog_trip
 -- A watchdog stopped the job: requeue it (no attempt charged) while watchdog retries
--- remain, else fail it. Only the owner's running job matches.
+-- remain, else fail it. Only the owner's running job matches; as in release_job, only a
+-- started row (started_at set) had an attempt charged to give back.
 UPDATE {table}
    SET status = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN 'queued' ELSE 'failed' END,
-       attempts = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN greatest(attempts - 1, 0) ELSE attempts END,
+       attempts = CASE WHEN watchdog_trips + 1 < %(max_trips)s AND started_at IS NOT NULL THEN greatest(attempts - 1, 0)
+                       ELSE attempts END,
        watchdog_trips = watchdog_trips + 1,
        error = %(error)s,
        finished_at = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN NULL ELSE now() END,
