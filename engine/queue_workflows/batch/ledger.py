@@ -9,6 +9,7 @@ only if its code is running.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +38,9 @@ class BatchLedger:
         self._lock = threading.Lock()
         self._order = [job["id"] for job in jobs]
         self._unstarted = set(self._order)
-        self._running: set[int] = set()
+        self._running: dict[int, float] = {}  # when each started (monotonic)
         self._charged: set[int] = set()  # started, and known so to the database
+        self._charging: set[int] = set()  # running rows a record in flight is charging
         self._finished: dict[int, tuple[Job, Outcome]] = {}  # in memory, not committed yet
         self._gone: set[int] = set()  # stored, or taken from us: no longer this batch's to lease
         self._outcome_statements = outcome_statements
@@ -51,33 +53,46 @@ class BatchLedger:
             if self.closed or job_id not in self._unstarted:
                 return False
             self._unstarted.discard(job_id)
-            self._running.add(job_id)
+            self._running[job_id] = time.monotonic()
             return True
 
     def not_ours(self, job_id: int) -> None:
         """Its start record found the row taken from us: it never runs."""
         with self._lock:
-            self._running.discard(job_id)
+            self._running.pop(job_id, None)
             self._gone.add(job_id)
 
     def finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:
-            self._running.discard(job["id"])
+            self._running.pop(job["id"], None)
             if job["id"] not in self._gone:
                 self._finished[job["id"]] = (job, outcome)
 
-    def charged_and_finished(self) -> bool:
-        """Whether a row on record as started has finished unrecorded: a crash now would blame it."""
+    def charged_and_finished(self, *, or_charging: bool = False) -> bool:
+        """Whether a row on record (or, with `or_charging`, being put on record) as running has finished unrecorded."""
         with self._lock:
-            return not self._charged.isdisjoint(self._finished)
+            charged = self._charged | self._charging if or_charging else self._charged
+            return any(i in self._finished for i in charged)
 
-    def progress(self) -> Progress:
-        with self._lock:
-            started = [i for i in self._order if (i in self._running or i in self._finished) and i not in self._charged]
-            return Progress(started, [self._finished[i] for i in self._order if i in self._finished])
+    def progress(self, *, running_for: float = 0.0) -> Progress:
+        """What to record: finished rows (charged with their outcome), and rows running for at least `running_for` s.
 
-    def recorded(self, progress: Progress) -> None:
+        Charging only rows that have run a while keeps a flood of short rows from having to
+        record each one's outcome the moment it finishes (see `charged_and_finished`).
+        """
         with self._lock:
+            since = time.monotonic() - running_for
+            running = [i for i in self._order if self._running.get(i, since + 1) <= since and i not in self._charged]
+            self._charging = set(running)
+            finished = [i for i in self._order if i in self._finished and i not in self._charged]
+            return Progress(sorted({*running, *finished}), [self._finished[i] for i in self._order if i in self._finished])
+
+    def recorded(self, progress: Progress | None) -> None:
+        """The record committed (None: it failed, and nothing changed)."""
+        with self._lock:
+            self._charging = set()
+            if progress is None:
+                return
             self._charged.update(progress.uncharged)
             for job, _ in progress.finished:
                 self._finished.pop(job["id"], None)
@@ -104,8 +119,8 @@ class BatchLedger:
         with self._lock:
             lost = lost - self._gone - self._finished.keys()  # stored meanwhile by our own commit
             self._unstarted -= lost
-            self._gone |= lost - self._running
-            return lost & self._running
+            self._gone |= lost - self._running.keys()
+            return lost & self._running.keys()
 
     def close(self) -> tuple[list[Statement], list[int], list[int]]:
         """For a trip: the statements recording what started and finished, the running rows, the unstarted rows.

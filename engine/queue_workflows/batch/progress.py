@@ -1,11 +1,12 @@
 """A batch's progress, recorded every `PROGRESS_SECONDS` while its rows run, on a connection of its own.
 
-Each record charges the rows that started since the last one and stores the rows that
-finished, in one round trip that does not wait for the disk. So a row that runs longer
-than that is charged before it can crash its worker, and a crash loses at most that long
-of finished rows, which go back uncharged (and suspect: see the reclaim) instead of failing.
-A charged row's outcome is recorded as soon as it finishes, before any other row starts
-(the worker calls `settle`), so the only charged rows a crash can leave are running ones.
+Each record stores the rows that finished (charging them with their outcome) and charges
+the rows that have been running for at least that long, in one round trip that does not
+wait for the disk. So a row that runs longer than twice that is charged before it can
+crash its worker, and a crash loses at most that long of finished rows, which go back
+uncharged (and suspect: see the reclaim) instead of failing. A row charged while running
+has its outcome recorded as soon as it finishes, before any other row starts (the worker
+calls `settle`), so the only charged rows a crash can leave are running ones.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class ProgressWriter(threading.Thread):
             if ledger is None:
                 continue
             try:
-                self.record(ledger)
+                self.record(ledger, running_for=self.interval)
                 self._failing = False
             except psycopg.Error as exc:  # the next tick tries again; until then a crash re-runs more
                 if not self._failing:
@@ -52,26 +53,30 @@ class ProgressWriter(threading.Thread):
                 self._close()
 
     def settle(self, ledger: BatchLedger) -> None:
-        """Record now if a row on record as started has finished, so a crash blames only running rows.
+        """Record now if a row on record as running has finished, so a crash blames only running rows.
 
-        Checked under the write lock: a record in flight may be charging a row that has just finished.
+        A record in flight may be charging a row that has just finished: then wait for it, and record after.
         """
-        with self.write_lock:
-            if ledger.charged_and_finished():
-                self.record(ledger)
+        if ledger.charged_and_finished(or_charging=True):
+            with self.write_lock:
+                if ledger.charged_and_finished():
+                    self.record(ledger, running_for=self.interval)
 
-    def record(self, ledger: BatchLedger) -> None:
+    def record(self, ledger: BatchLedger, *, running_for: float) -> None:
         """Record now (any thread); a failed record leaves the ledger as it was, for the next one."""
         with self.write_lock:
-            progress = ledger.progress()
+            progress = ledger.progress(running_for=running_for)
             if not progress or ledger.closed:
+                ledger.recorded(None)
                 return
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = db.connect(autocommit=True, url=self.url)
                 db.one_round_trip(self._conn, [(queries.query("async_commit"), {}), *ledger.statements(progress)])
-            except psycopg.OperationalError:
-                self._close()
+            except BaseException as exc:
+                ledger.recorded(None)
+                if isinstance(exc, psycopg.OperationalError):
+                    self._close()
                 raise
             ledger.recorded(progress)
 
