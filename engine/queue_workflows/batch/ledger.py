@@ -46,6 +46,7 @@ class BatchLedger:
         self._outcome_statements = outcome_statements
         self._charge_statement = charge_statement
         self.closed = False  # a trip is ending the process: nothing more may start
+        self.began = time.monotonic()
 
     def start(self, job_id: int) -> bool:
         """Count the row as running from before any record of it: a row taken meanwhile then stops the worker."""
@@ -99,8 +100,10 @@ class BatchLedger:
                 self._gone.add(job["id"])
 
     def statements(self, progress: Progress) -> list[Statement]:
-        """Charge the started rows first: a failure's retry-or-fail decision counts that attempt."""
-        statements = [self._charge_statement(progress.uncharged)] if progress.uncharged else []
+        """Charge the started rows first (a failure's retry-or-fail decision counts that attempt); a success charges itself."""
+        succeeded = {job["id"] for job, outcome in progress.finished if outcome.status == "completed"}
+        charge = [i for i in progress.uncharged if i not in succeeded]
+        statements = [self._charge_statement(charge)] if charge else []
         if progress.finished:
             statements += self._outcome_statements([j for j, _ in progress.finished], [o for _, o in progress.finished])
         return statements

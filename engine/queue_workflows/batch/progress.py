@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -41,8 +42,8 @@ class ProgressWriter(threading.Thread):
     def run(self) -> None:
         while not self._halt.wait(self.interval):
             ledger = self.current()
-            if ledger is None:
-                continue
+            if ledger is None or time.monotonic() - ledger.began < self.interval:
+                continue  # a batch done within one interval is stored by its own commit: nothing to record yet
             try:
                 self.record(ledger, running_for=self.interval)
                 self._failing = False

@@ -449,8 +449,11 @@ RETURNING id;
 
 -- name: complete_batch
 -- A batch's successes in one statement; a row no longer the caller's is left alone (and not returned).
+-- A row not yet charged (its start not on record) is charged here, in the same write.
 UPDATE {table} AS j
    SET status = 'completed', {result_column} = v.result, error = NULL,
+       attempts = j.attempts + CASE WHEN j.started_at IS NULL THEN 1 ELSE 0 END,
+       started_at = coalesce(j.started_at, now()),
        lease_expires_at = NULL, finished_at = now(), updated_at = now()
   FROM unnest(%(ids)s::bigint[], %(results)s::jsonb[]) AS v(id, result)
  WHERE j.id = v.id AND j.claimed_by = %(worker_id)s AND j.status = 'running'
