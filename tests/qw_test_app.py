@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -26,14 +27,29 @@ def noop(reason: str) -> dict[str, Any]:
 
 
 def record(reason: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Record the run, then sleep `sleep` seconds (first run only when `first_run_sleep` is set)."""
+    """Record the run, then sleep `sleep` seconds (first run only when `first_run_sleep` is set).
+
+    On its first run only, it also waits (up to a minute) for the file `first_run_wait_file` to exist.
+    """
     token = str(args["token"])
     before = _record(token)
     delay = float(args.get("first_run_sleep", 0)) if before == 0 else 0.0
     delay += float(args.get("sleep", 0))
     if delay:
         time.sleep(delay)
+    if before == 0 and args.get("first_run_wait_file"):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(args["first_run_wait_file"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
     return {"token": token, "pid": os.getpid(), "previous_runs": before}
+
+
+def kill_self(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Record the run, then SIGKILL this worker process, as the kernel's OOM killer would."""
+    _record(str(args["token"]))
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+    raise AssertionError("still alive after SIGKILL")
 
 
 def fail(reason: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -43,6 +59,7 @@ def fail(reason: str, args: dict[str, Any]) -> dict[str, Any]:
 register_ingest_task("noop", noop)
 register_ingest_task("record", record)
 register_ingest_task("fail", fail)
+register_ingest_task("kill_self", kill_self)
 
 
 def beat_then_hang(reason: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -7,12 +7,11 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
 
 import pytest
 
 import queue_workflows
-from queue_workflows import ConfigError, claim_worker, node_queue, register_ingest_task
+from queue_workflows import ConfigError, claim_worker, node_queue, register_ingest_task, worker_control
 from queue_workflows.batch import BatchWorker
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
@@ -29,19 +28,28 @@ def enqueue(task: str, n: int, **args) -> list[int]:
     return [j["id"] for j in node_queue.enqueue_ingest_jobs([{"task_name": task, "queue": "fetch", "args": {"i": i, **args}} for i in range(n)])]
 
 
-def test_a_batch_is_claimed_in_one_statement_and_stored_in_one_transaction(database_url, conn):
+class CountingBatchWorker(BatchWorker):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches: list[list[int]] = []
+
+    def _run_batch(self, jobs):
+        self.batches.append([j["id"] for j in jobs])
+        return super()._run_batch(jobs)
+
+
+def test_a_batch_is_claimed_in_one_statement_and_each_row_charged_once(database_url, conn):
     seen: list[int] = []
     register_ingest_task("count", lambda reason, args: seen.append(args["i"]) or {"i": args["i"]})
     ids = enqueue("count", 25)
-    worker = BatchWorker("fetch", batch_size=10, max_jobs=25)
+    worker = CountingBatchWorker("fetch", batch_size=10, max_jobs=25)
     assert worker.run_forever() == 0
-    assert sorted(seen) == list(range(25))
+    assert seen == list(range(25))
+    assert worker.batches == [ids[:10], ids[10:20], ids[20:]]
     stored = rows(database_url)
     assert all(stored[i]["status"] == "completed" and stored[i]["result"] == {"i": k} for k, i in enumerate(ids))
-    assert {stored[i]["claimed_by"] for i in ids} == {worker.worker_id}
-    # Three claims of at most ten: claimed rows share a start time with their batch.
-    starts = Counter(stored[i]["started_at"] for i in ids)
-    assert sorted(starts.values()) == [5, 10, 10], starts
+    assert {(stored[i]["claimed_by"], stored[i]["attempts"]) for i in ids} == {(worker.worker_id, 1)}
+    assert all(stored[i]["started_at"] <= stored[i]["finished_at"] for i in ids)
 
 
 def test_a_batch_takes_only_its_share_of_a_short_queue(database_url, conn):
@@ -98,21 +106,67 @@ def test_the_lease_covers_every_row_of_the_batch(database_url, conn):
     assert {r["status"] for r in rows(database_url).values()} == {"completed"}
 
 
-def test_a_row_taken_from_the_batch_stops_the_worker_and_hands_the_others_back(database_url, conn):
+def test_a_row_taken_before_it_started_leaves_the_batch_and_the_worker_runs_on(database_url, conn):
     gate = threading.Event()
     register_ingest_task("held", lambda reason, args: gate.wait(10) and {})
     ids = enqueue("held", 3)
-    worker = BatchWorker("fetch", batch_size=3)
+    worker = BatchWorker("fetch", batch_size=3, max_jobs=2)
     exits: list[int] = []
     worker.beat.exit_fn = lambda code, reason: exits.append(code)
     thread = threading.Thread(target=worker.run_forever, daemon=True)
     thread.start()
-    wait_until(lambda: all(r["status"] == "running" for r in rows(database_url).values()), timeout=10, what="the batch claimed")
+    wait_until(lambda: rows(database_url)[ids[0]]["attempts"] == 1, timeout=10, what="the first row started")
     conn.execute("UPDATE ingest_jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (ids[2],))  # an operator cancel
+    wait_until(lambda: worker.beat._job is not None and ids[2] not in worker.beat._job.ids, timeout=5, what="the row left the batch")
+    gate.set()
+    thread.join(timeout=10)
+    assert exits == []
+    stored = rows(database_url)
+    assert [(stored[i]["status"], stored[i]["attempts"]) for i in ids] == [("completed", 1), ("completed", 1), ("cancelled", 0)]
+
+
+def test_the_running_row_taken_stops_the_worker_storing_what_finished_and_handing_back_the_rest(database_url, conn):
+    gate = threading.Event()
+    register_ingest_task("held", lambda reason, args: (args["i"] != 1 or gate.wait(10)) and {})
+    ids = enqueue("held", 4)
+    worker = BatchWorker("fetch", batch_size=4)
+    exits: list[int] = []
+    worker.beat.exit_fn = lambda code, reason: exits.append(code)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    wait_until(lambda: rows(database_url)[ids[1]]["attempts"] == 1, timeout=10, what="the second row started")
+    conn.execute("UPDATE ingest_jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (ids[1],))
     wait_until(lambda: exits, timeout=5, what="the worker to trip")
     assert exits == [77]
     stored = rows(database_url)
-    assert [(stored[i]["status"], stored[i]["attempts"]) for i in ids] == [("running", 1), ("queued", 0), ("cancelled", 1)]
+    assert [(stored[i]["status"], stored[i]["attempts"]) for i in ids] == [("completed", 1), ("cancelled", 1), ("queued", 0), ("queued", 0)]
+    gate.set()
+    worker.request_stop()
+    thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("stop", ["hard_off", "budget"])
+def test_a_trip_stores_rows_finished_in_memory_and_trips_only_the_running_ones(database_url, conn, stop):
+    gate = threading.Event()
+    register_ingest_task("held", lambda reason, args: (args["i"] != 0 or gate.wait(10)) and {})
+    ids = enqueue("held", 2)
+    worker = BatchWorker("fetch", batch_size=2, mode="threads", concurrency=2)
+    worker.progress.interval = 3600  # no progress record: what finished stays in memory until the trip
+    exits: list[int] = []
+    worker.beat.exit_fn = lambda code, reason: exits.append(code)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    wait_until(lambda: worker._ledger is not None and len(worker._ledger.progress().finished) == 1, timeout=10, what="row 2 finished in memory")
+    assert [rows(database_url)[i]["attempts"] for i in ids] == [0, 0], "nothing recorded yet"
+    if stop == "hard_off":
+        worker_control.disable_worker(worker.settings.host_label, "fetch")
+    else:
+        worker.watch.start(ids[0], 0.0)  # its budget spent
+    wait_until(lambda: exits, timeout=5, what="the worker to trip")
+    stored = rows(database_url)
+    running_row = ("queued", 0, 0) if stop == "hard_off" else ("queued", 0, 1)  # requeued uncharged; a budget trip counts
+    assert exits == [79 if stop == "hard_off" else 75]
+    assert [(stored[i]["status"], stored[i]["attempts"], stored[i]["watchdog_trips"]) for i in ids] == [running_row, ("completed", 1, 0)]
     gate.set()
     worker.request_stop()
     thread.join(timeout=10)

@@ -1,8 +1,8 @@
 """Running a claimed batch: one after another, on a small thread pool, or on an event loop.
 
 A runner only calls the job code (through the executor) and collects outcomes in claim order;
-it never touches the database. `on_start(job)` is called as each job starts, so the liveness
-watchdogs follow the running job when the batch runs sequentially.
+it never touches the database itself. `start(job)` comes first for each job, and a job it
+refuses does not run; `finish(job, outcome)` comes as each job returns.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from ..executor import Outcome, run_ingest_job, run_ingest_job_async, run_node_j
 Mode = Literal["sequential", "threads", "async"]
 MODES: tuple[Mode, ...] = ("sequential", "threads", "async")
 Job = dict[str, Any]
+Start = Callable[[Job], bool]
+Finish = Callable[[Job, Outcome], None]
 
 
 class BatchRunner:
@@ -34,43 +36,40 @@ class BatchRunner:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="qw-batch") if mode == "threads" else None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def run(self, jobs: Sequence[Job], *, on_start: Callable[[Job], None], stop: threading.Event) -> list[Outcome | None]:
-        """Each job's outcome, in order; None for a job not started because `stop` was set first."""
+    def run(self, jobs: Sequence[Job], *, start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
+        """Each job's outcome, in order; None for a job not started (`stop` was set first, or `start` refused it)."""
         if self.mode == "threads":
-            return self._threads(jobs, stop)
+            return self._threads(jobs, start, finish, stop)
         if self.mode == "async":
-            return self._async(jobs, stop)
-        outcomes: list[Outcome | None] = []
-        for job in jobs:
-            if stop.is_set():
-                outcomes.append(None)
-                continue
-            on_start(job)
-            outcomes.append(self._one(job))
-        return outcomes
+            return self._async(jobs, start, finish, stop)
+        return [self._one(job, start, finish, stop) for job in jobs]
 
-    def _one(self, job: Job) -> Outcome:
-        return run_node_job(job) if self.node_jobs else run_ingest_job(job)
+    def _one(self, job: Job, start: Start, finish: Finish, stop: threading.Event) -> Outcome | None:
+        if stop.is_set() or not start(job):
+            return None
+        outcome = run_node_job(job) if self.node_jobs else run_ingest_job(job)
+        finish(job, outcome)
+        return outcome
 
-    def _threads(self, jobs: Sequence[Job], stop: threading.Event) -> list[Outcome | None]:
+    def _threads(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
         assert self._pool is not None
+        return list(self._pool.map(lambda job: self._one(job, start, finish, stop), jobs))
 
-        def guarded(job: Job) -> Outcome | None:
-            return None if stop.is_set() else self._one(job)
-
-        return list(self._pool.map(guarded, jobs))
-
-    def _async(self, jobs: Sequence[Job], stop: threading.Event) -> list[Outcome | None]:
+    def _async(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self._gather(jobs, stop))
+        return self._loop.run_until_complete(self._gather(jobs, start, finish, stop))
 
-    async def _gather(self, jobs: Sequence[Job], stop: threading.Event) -> list[Outcome | None]:
+    async def _gather(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(job: Job) -> Outcome | None:
             async with gate:
-                return None if stop.is_set() else await run_ingest_job_async(job)
+                if stop.is_set() or not start(job):  # a start record is one short round trip: it may block the loop
+                    return None
+                outcome = await run_ingest_job_async(job)
+                finish(job, outcome)
+                return outcome
 
         return list(await asyncio.gather(*(one(job) for job in jobs)))
 

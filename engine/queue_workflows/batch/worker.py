@@ -2,16 +2,22 @@
 
 A `ClaimWorker` in every other respect (session, lock, liveness beat, ON/OFF, throttle, stop):
 only the drain differs. One statement claims the batch, capped at this worker's share of the
-queue; the liveness beat leases every row of it and hands the unstarted ones back if the
-worker trips; outcomes are written together with the next claim, in one transaction:
-successes in one statement, a failure through the usual retry-or-fail pair, and rows a stop
-left unstarted handed back uncharged. A gpu worker never batches: it keeps concurrency 1.
+queue, in claim order, leased but uncharged. A row's attempt is charged when it starts: by
+the progress record (progress.py) that every 50 ms stores what finished and charges what
+started, or, for a row the reclaim flagged suspect, by its own record before its code runs.
+So a crash blames only rows that ran, and loses at most the last 50 ms of finished rows,
+which go back uncharged (and suspect) rather than failing. The rest is written with the
+next claim, in one durable transaction: successes in one statement, a failure through the
+usual retry-or-fail pair, rows a stop left unstarted handed back. If the worker trips, the
+beat stores what finished and hands back what never started (ledger.py). A gpu worker
+never batches: it keeps concurrency 1.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from functools import cache, partial
 from typing import Any
 
@@ -28,6 +34,8 @@ from ..liveness.watchdogs import budget_for
 from ..payloads import clean_text
 from ..queries import JobTable
 from ..session import first_line
+from .ledger import BatchLedger
+from .progress import ProgressWriter
 from .runner import BatchRunner, Job, Mode
 
 log = logging.getLogger(__name__)
@@ -63,6 +71,10 @@ class BatchWorker(ClaimWorker):
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._batch: list[Job] = []
+        self._ledger: BatchLedger | None = None
+        # One record of the batch's progress at a time: no two transactions update its rows in different orders.
+        self._write_lock = threading.RLock()
+        self.progress = ProgressWriter(url=self.url, current=lambda: self._ledger, write_lock=self._write_lock)
 
     def drain(self) -> int:
         """Claim, run and store batches until the queue is empty (or we are told to stop)."""
@@ -96,39 +108,114 @@ class BatchWorker(ClaimWorker):
 
     def _run_batch(self, jobs: list[Job]) -> list[Outcome | None]:
         self._batch, self._job = jobs, jobs[0]
+        self._ledger = BatchLedger(jobs, self._outcome_statements, self._charge_statement)
+        if not self.progress.is_alive():
+            self.progress.start()
         ids = tuple(j["id"] for j in jobs)
         if self.runner.mode == "sequential":
             budget = self._budget(jobs[0])  # the watchdogs then follow each job as it starts
         else:  # concurrent: the batch as a whole, at its slowest job's pace
             budget = max(map(self._budget, jobs)) * math.ceil(len(jobs) / self.runner.concurrency)
-        self.beat.job_started(self.table, ids[0], budget, batch=ids)
-
-        def started(job: Job) -> None:
-            self._job = job
-            self.beat.job_advanced(job["id"], self._budget(job))
-
-        outcomes = self.runner.run(jobs, on_start=started, stop=self.stop_event)
+        self.beat.job_started(self.table, ids[0], budget, batch=ids, rows=self._ledger)
+        outcomes = self.runner.run(jobs, start=self._start_row, finish=self._row_finished, stop=self.stop_event)
         self.jobs_done += sum(o is not None for o in outcomes)
         return outcomes
 
-    def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
-        """The batch's outcomes and the next claim, one transaction; a refused batch write is retried job by job."""
-        self.beat.job_finished()  # before the commit: revocations we cause ourselves must not stop us
+    def _start_row(self, job: Job) -> bool:
+        """A row starts: charged by the next progress record, or, if suspect, by its own record before its code runs."""
+        ledger = self._ledger
+        if ledger is None:
+            return False
+        self._settle(ledger)
+        if not ledger.start(job["id"]):
+            return False
+        if job.get("batch_suspect"):
+            attempts = self.session.run(partial(self._record_start, ledger=ledger, job_id=job["id"]))
+            if attempts is None:
+                ledger.not_ours(job["id"])
+                return False
+            job["attempts"] = attempts
+        else:
+            job["attempts"] += 1  # what its record will charge (claimed rows are uncharged)
+        if self.runner.mode == "sequential":
+            self._job = job
+            self.beat.job_advanced(job["id"], self._budget(job))
+        return True
+
+    def _row_finished(self, job: Job, outcome: Outcome) -> None:
+        if self.runner.mode == "sequential":
+            self.watch.finish()  # its code returned: no watchdog may trip on it now
+        ledger = self._ledger
+        if ledger is None:
+            return
+        ledger.finish(job, outcome)
+        self._settle(ledger)
+
+    def _settle(self, ledger: BatchLedger) -> None:
+        """A row on record as started that has finished is recorded at once; others wait for the next record."""
         try:
-            statements = self._outcome_statements(jobs, outcomes)
-            claim_next = self._may_claim()
-            if claim_next:
-                statements.append(self._claim_statement_batch())
-            cursors = db.one_round_trip(conn, statements)
-            next_jobs = list(cursors[-1].fetchall()) if claim_next else []
-        except psycopg.OperationalError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
-            log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(jobs))
-            for job, outcome in zip(jobs, outcomes):
-                self._store_alone(conn, job, outcome)
-            next_jobs = self._claim_batch(conn) if self._may_claim() else []
-        self._batch, self._job = [], None
+            self.progress.settle(ledger)
+        except psycopg.Error as exc:
+            log.warning("batch progress not recorded yet (%s); the next record tries again", first_line(exc))
+
+    def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
+        """The batch's progress and this row's start, one round trip not waiting for the disk: its attempt, or None if not ours."""
+        start = (queries.query("start_batch_row", self.table), {"job_id": job_id, "worker_id": self.worker_id})
+        with self._write_lock:  # taken inside the session's own lock, as _store_batch does
+            progress = ledger.progress()
+            try:
+                row = db.one_round_trip(conn, [*ledger.statements(progress), start])[-1].fetchone()
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the row about to start
+                log.error("batch write refused (%s); storing its %d finished jobs one by one", first_line(exc), len(progress.finished))
+                self._store_progress_alone(conn, ledger)
+                row = conn.execute(*start).fetchone()
+            ledger.recorded(progress)
+        return None if row is None else int(row["attempts"])
+
+    def _charge_statement(self, ids: list[int]) -> jobstore.Statement:
+        return queries.query("charge_batch_rows", self.table), {"ids": ids, "worker_id": self.worker_id}
+
+    def _store_progress_alone(self, conn: Any, ledger: BatchLedger) -> None:
+        """After a refused write: the charges, then each finished row on its own."""
+        progress = ledger.progress()
+        if progress.uncharged:
+            db.one_round_trip(conn, [self._charge_statement(progress.uncharged)])
+        for job, outcome in progress.finished:
+            self._store_alone(conn, job, outcome)
+        ledger.recorded(progress)
+
+    def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
+        """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job.
+
+        The beat keeps the batch until this commits: a trip meanwhile stores the same outcomes
+        itself (the writes are fenced, so whichever commits second matches nothing), and the
+        rows this commit releases are unstarted ones, whose loss never stops the worker.
+        """
+        ledger = self._ledger
+        assert ledger is not None
+        unstarted = [j for j, o in zip(jobs, outcomes) if o is None]
+        with self._write_lock:
+            progress = ledger.progress()
+            try:
+                statements = [*ledger.statements(progress), *self._outcome_statements(unstarted, [None] * len(unstarted))]
+                claim_next = self._may_claim()
+                if claim_next:
+                    statements.append(self._claim_statement_batch())
+                cursors = db.one_round_trip(conn, statements)
+                next_jobs = list(cursors[-1].fetchall()) if claim_next else []
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
+                log.error("batch write refused (%s); storing its %d jobs one by one", first_line(exc), len(progress.finished))
+                self._store_progress_alone(conn, ledger)
+                for job in unstarted:
+                    self._store_alone(conn, job, None)
+                next_jobs = self._claim_batch(conn) if self._may_claim() else []
+            ledger.recorded(progress)
+        self.beat.job_finished()
+        self._batch, self._job, self._ledger = [], None, None
         self._report_batch(jobs, outcomes)
         return next_jobs
 
@@ -180,15 +267,21 @@ class BatchWorker(ClaimWorker):
             log.debug("batch of %d stored (%d not started, handed back)", len(jobs), sum(o is None for o in outcomes))
 
     def _abandon(self, job_id: int) -> None:
-        """Grace ran out mid-batch: every row of it goes back uncharged, then the process leaves."""
-        if self._batch:
+        """Grace ran out mid-batch: what finished is stored, the rest goes back uncharged, then the process leaves."""
+        ledger = self._ledger
+        if ledger is not None:
+            self.beat.job_finished()  # the release below revokes rows: that must not read as a takeover
+            recorded, running, unstarted = ledger.close()
             try:
-                with db.connect(autocommit=True, url=self.url) as conn:
-                    jobstore.release(conn, self.table, [j["id"] for j in self._batch if j["id"] != job_id], self.worker_id)
+                with db.connect(autocommit=True, url=self.url) as conn, conn.transaction():
+                    for statement in recorded:
+                        conn.execute(*statement)
+                    jobstore.release(conn, self.table, [*running, *unstarted], self.worker_id)
             except psycopg.Error as exc:
-                log.warning("batch rows not handed back (%s); their leases will return them", first_line(exc))
+                log.warning("batch rows not stored or handed back (%s); their leases will return them", first_line(exc))
         super()._abandon(job_id)
 
     def _shutdown(self) -> None:
+        self.progress.stop()
         super()._shutdown()
         self.runner.close()

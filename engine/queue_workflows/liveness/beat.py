@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -31,7 +32,7 @@ from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
 from .fence import CommitFence
 from .stamp import HealthStamp
-from .trip import CurrentJob, stop_job
+from .trip import BatchRows, CurrentJob, stop_job
 from .watchdogs import JobWatch, Trip
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,13 @@ class LivenessBeat(threading.Thread):
 
     # -- called from the worker's main thread ----------------------------------------------
 
-    def job_started(self, table: JobTable, job_id: int, budget_seconds: float = float("inf"), batch: tuple[int, ...] = ()) -> None:
-        """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch`."""
+    def job_started(
+        self, table: JobTable, job_id: int, budget_seconds: float = float("inf"), batch: tuple[int, ...] = (), rows: BatchRows | None = None,
+    ) -> None:
+        """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch` (or `rows`)."""
         now = self.now_fn()
         with self._job_lock:
-            self._job = CurrentJob(table, job_id, batch)
+            self._job = CurrentJob(table, job_id, batch, rows)
             self._returned = False
             self._lease_deadline = now + self.lease_seconds
             self._next_renew = now + self.renew_seconds
@@ -127,7 +130,7 @@ class LivenessBeat(threading.Thread):
         """The next row of the running batch starts: the watchdogs follow it; the lease stays the batch's."""
         with self._job_lock:
             if self._job is not None:
-                self._job = CurrentJob(self._job.table, job_id, self._job.batch)
+                self._job = replace(self._job, job_id=job_id)
                 self.watch.start(job_id, budget_seconds)
 
     def committing(self) -> AbstractContextManager[None]:
@@ -289,17 +292,18 @@ class LivenessBeat(threading.Thread):
             self._next_heartbeat = 0.0  # show parked / claiming again at once
 
     def _renew(self, conn: db.Conn, job: CurrentJob, now: float) -> None:
-        held = jobstore.renew_lease(conn, job.table, job.ids, self.worker_id, self.lease_seconds)
-        if len(held) == len(job.ids):
+        ids = job.ids
+        held = jobstore.renew_lease(conn, job.table, ids, self.worker_id, self.lease_seconds)
+        lost = job.taken(set(ids) - held)
+        if not lost:
             with self._job_lock:
-                if self._job is not None and set(self._job.ids) == set(job.ids):
+                if self._job is not None and self._job.same_claim(job):
                     self._lease_deadline = now + self.lease_seconds
                     self._next_renew = now + self.renew_seconds
         else:
-            lost = sorted(set(job.ids) - held)
             current = self._job  # the rows may have been stored meanwhile, and the next job claimed
-            if current is not None and set(lost) & set(current.ids):
-                self._job_taken(current, f"job(s) {lost} reclaimed, released or ended by someone else")
+            if current is not None and lost & set(current.ids):
+                self._job_taken(current, f"job(s) {sorted(lost)} reclaimed, released or ended by someone else")
 
     def _heartbeat(self, conn: db.Conn, job: CurrentJob | None) -> None:
         params = {

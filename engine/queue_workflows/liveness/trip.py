@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import dict_row
@@ -27,17 +28,36 @@ log = logging.getLogger(__name__)
 WRITES = {EXIT_BUDGET: "watchdog_trip", EXIT_STALLED: "watchdog_trip", EXIT_DEVICE_ERROR: "watchdog_trip", EXIT_HARD_STOP: "release_job"}
 
 
+class BatchRows(Protocol):
+    """What a batch worker tells the beat about its rows (queue_workflows.batch.ledger)."""
+
+    def unstored_ids(self) -> list[int]: ...
+    def taken(self, lost: set[int]) -> set[int]: ...
+    def close(self) -> tuple[list[tuple[Any, Any]], list[int], list[int]]: ...
+
+
 @dataclass(frozen=True)
 class CurrentJob:
-    """The job the worker runs; a batch worker's other claimed rows ride along in `batch`."""
+    """The job the worker runs; a batch worker's other claimed rows ride along in `batch`, tracked by `rows`."""
 
     table: JobTable
     job_id: int
     batch: tuple[int, ...] = ()
+    rows: BatchRows | None = None
 
     @property
     def ids(self) -> list[int]:
+        """Every row this claim still holds running (a batch's stored rows have left it)."""
+        if self.rows is not None:
+            return self.rows.unstored_ids()
         return [self.job_id, *(i for i in self.batch if i != self.job_id)]
+
+    def taken(self, lost: set[int]) -> set[int]:
+        """Of the rows found no longer ours, those that make running on a duplicate: a batch's unstarted ones do not."""
+        return self.rows.taken(lost) if self.rows is not None else lost
+
+    def same_claim(self, other: CurrentJob) -> bool:
+        return self.rows is other.rows if self.rows is not None else set(self.ids) == set(other.ids)
 
 
 def stop_job(
@@ -61,7 +81,7 @@ def stop_job(
         log.warning("the job's processes were not ended before its write: %s", first_line(exc))
     statement = WRITES.get(trip.code) if job is not None else None
     outcome = ""
-    if statement is not None or device_check is not None or (job is not None and len(job.ids) > 1):
+    if statement is not None or device_check is not None or (job is not None and (job.rows is not None or len(job.ids) > 1)):
         try:
             outcome = _write(job, trip, statement, url=url, worker_id=worker_id, max_trips=max_trips, device_check=device_check)
         except Exception as exc:  # noqa: BLE001 - leave anyway; the lease returns the job
@@ -80,6 +100,8 @@ def _write(
             conn.execute(queries.query("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
         if job is None:
             return ""
+        if job.rows is not None:
+            return _write_batch(conn, job, job.rows, trip, statement, worker_id=worker_id, max_trips=max_trips)
         others = job.ids[1:]
         if others:  # a batch's other rows: handed back uncharged (rows no longer ours are left alone)
             conn.execute(queries.query("release_job", job.table), {"ids": others, "worker_id": worker_id})
@@ -93,3 +115,32 @@ def _write(
     if statement == "release_job":
         return "; handed back to the queue"
     return f"; now {row['status']} (watchdog trip {row['watchdog_trips']} of {max_trips})"
+
+
+def _write_batch(
+    conn: psycopg.Connection[Any], job: CurrentJob, rows: BatchRows, trip: Trip, statement: str | None, *, worker_id: str, max_trips: int,
+) -> str:
+    """Store the rows finished in memory, hand back the unstarted ones uncharged, then write the trip for the running ones.
+
+    A job taken away (77) leaves its running rows to whoever took them: the release only matches rows still ours.
+    """
+    finished, running, unstarted = rows.close()
+    try:
+        with conn.transaction():
+            for query, params in finished:
+                conn.execute(query, params)
+    except psycopg.DatabaseError as exc:  # the rest still goes back; these rows' lease returns them
+        log.error("job %s: its batch's finished rows could not be stored (%s)", job.job_id, first_line(exc))
+        finished = []
+    release = queries.query("release_job", job.table)
+    if unstarted:
+        conn.execute(release, {"ids": unstarted, "worker_id": worker_id})
+    error = f"stopped by the worker (exit {trip.code}): {trip.reason}"
+    if statement == "watchdog_trip":
+        for job_id in running:
+            params = {"job_id": job_id, "worker_id": worker_id, "max_trips": max_trips, "error": error}
+            conn.execute(queries.query(statement, job.table), params)
+    elif running:
+        conn.execute(release, {"ids": running, "worker_id": worker_id})
+    return (f"; batch: {len(finished)} finished write(s) stored, {len(unstarted)} unstarted row(s) handed back, "
+            f"running row(s) {running} {'tripped' if statement == 'watchdog_trip' else 'handed back if still ours'}")

@@ -96,9 +96,11 @@ RETURNING *;
 
 -- name: release_job
 -- Hand running jobs back untouched (graceful stop, a batch's unstarted rows): no attempt charged.
+-- Only a started row (started_at set) had its attempt charged, so only it gets one back.
 UPDATE {table}
    SET status = 'queued', claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL,
-       attempts = greatest(attempts - 1, 0), started_at = NULL, updated_at = now()
+       attempts = CASE WHEN started_at IS NULL THEN attempts ELSE greatest(attempts - 1, 0) END,
+       started_at = NULL, updated_at = now()
  WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(worker_id)s AND status = 'running'
 RETURNING id;
 
@@ -113,18 +115,22 @@ RETURNING id;
 -- Running jobs whose worker no session speaks for any more: suspects, reclaimed only if
 -- still lockless a moment later (a live worker restores a dropped connection within that).
 -- A job claimed before the current server start lost its lock in the restart, not in a
--- crash: its worker gets the grace period to reconnect and retake the lock.
+-- crash: its worker gets the grace period to reconnect and retake the lock. (A batch row
+-- not started yet has no started_at: its claim or last renewal stands in.)
 SELECT j.id
   FROM {table} j
  WHERE j.status = 'running'
    AND j.claim_lock_key IS NOT NULL
-   AND (j.started_at > pg_postmaster_start_time()
+   AND (coalesce(j.started_at, j.updated_at) > pg_postmaster_start_time()
         OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
    AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM qw_worker_sessions);
 
 -- name: reclaim_orphans
 -- The one recovery path for a running job whose worker is gone: a suspect that still has
 -- no session holding its worker's lock (the process died), or a lapsed lease (the host vanished).
+-- A batch row never recorded as started goes back uncharged, flagged batch_suspect: it may
+-- have run (and killed its worker) between two progress records, so next time its start is
+-- recorded before it runs.
 WITH orphans AS (
     SELECT j.id, j.claimed_by
       FROM {table} j
@@ -140,6 +146,7 @@ UPDATE {table} j
                     THEN format('abandoned after %%s attempts: worker %%s died or lost its lease', j.attempts, o.claimed_by)
                     ELSE j.error END,
        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       batch_suspect = j.batch_suspect OR j.started_at IS NULL,
        claimed_by = NULL, claim_lock_key = NULL, lease_expires_at = NULL, updated_at = now()
   FROM orphans o
  WHERE j.id = o.id
@@ -216,10 +223,12 @@ RETURNING worker_id;
 
 -- name: watchdog_trip
 -- A watchdog stopped the job: requeue it (no attempt charged) while watchdog retries
--- remain, else fail it. Only the owner's running job matches.
+-- remain, else fail it. Only the owner's running job matches; as in release_job, only a
+-- started row (started_at set) had an attempt charged to give back.
 UPDATE {table}
    SET status = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN 'queued' ELSE 'failed' END,
-       attempts = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN greatest(attempts - 1, 0) ELSE attempts END,
+       attempts = CASE WHEN watchdog_trips + 1 < %(max_trips)s AND started_at IS NOT NULL THEN greatest(attempts - 1, 0)
+                       ELSE attempts END,
        watchdog_trips = watchdog_trips + 1,
        error = %(error)s,
        finished_at = CASE WHEN watchdog_trips + 1 < %(max_trips)s THEN NULL ELSE now() END,
@@ -379,34 +388,72 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
 -- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
 -- queued (depth over the queue's live workers, rounded up), so a batch never leaves its peers
 -- idle on a short queue. The depth count stops at limit x workers: it stays cheap at any backlog.
+-- The rows are leased but not started: no attempt is charged (started_at stays NULL) until
+-- a row's start is recorded (start_batch_row, charge_batch_rows), so a crash charges only
+-- rows that ran. RETURNING has no order of its own: the rows come back in claim order, the
+-- order they are to run in.
 WITH peers AS (
     SELECT greatest(count(*), 1) AS n FROM worker_heartbeats WHERE queue = %(queue)s
 ), depth AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM {table} WHERE status = 'queued' AND queue = %(queue)s
              LIMIT %(limit)s::bigint * (SELECT n FROM peers)) AS q
+), claimed AS (
+    UPDATE {table} AS j
+       SET status = 'running',
+           claimed_by = %(worker_id)s,
+           claim_lock_key = %(lock_key)s,
+           lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+           started_at = NULL,
+           updated_at = now()
+     WHERE j.id IN (
+            SELECT id
+              FROM {table}
+             WHERE status = 'queued' AND queue = %(queue)s
+             ORDER BY {order_by}
+               FOR UPDATE SKIP LOCKED
+             LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int)
+    RETURNING j.*
 )
-UPDATE {table} AS j
-   SET status = 'running',
-       claimed_by = %(worker_id)s,
-       claim_lock_key = %(lock_key)s,
-       attempts = j.attempts + 1,
-       lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-       started_at = now(),
-       updated_at = now()
- WHERE j.id IN (
-        SELECT id
-          FROM {table}
-         WHERE status = 'queued' AND queue = %(queue)s
-         ORDER BY {order_by}
-           FOR UPDATE SKIP LOCKED
-         LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int)
-RETURNING j.*;
+SELECT * FROM claimed ORDER BY {order_by};
+
+-- name: start_batch_row
+-- A suspect batch row (batch_suspect) starts: its start is recorded, and its attempt charged,
+-- before its code runs, after charge_batch_rows and the outcomes of the rows finished since
+-- the last record, in one round trip. Repeating it charges nothing more; no row back means
+-- the row is no longer the caller's, so it must not run. Its transaction commits without
+-- waiting for the disk (`async`): a killed worker cannot lose what the server has committed;
+-- only a server crash could, and then those rows merely run again.
+WITH async AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE {table}
+   SET attempts = attempts + CASE WHEN started_at IS NULL THEN 1 ELSE 0 END,
+       started_at = coalesce(started_at, now()), updated_at = now()
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+   AND (SELECT setting FROM async) = 'off'
+RETURNING id, attempts;
+
+-- name: async_commit
+-- A batch's progress record: a killed worker cannot lose what the server has committed;
+-- only a server crash could, and then those rows merely run again.
+SET LOCAL synchronous_commit = off;
+
+-- name: charge_batch_rows
+-- Rows that have started since the last record: their attempt is charged (once: started_at
+-- guards it), so a crash now blames them and release_job refunds them.
+UPDATE {table}
+   SET attempts = attempts + 1, started_at = now(), updated_at = now()
+ WHERE id = ANY(%(ids)s::bigint[]) AND claimed_by = %(worker_id)s AND status = 'running' AND started_at IS NULL
+RETURNING id;
 
 -- name: complete_batch
 -- A batch's successes in one statement; a row no longer the caller's is left alone (and not returned).
+-- A row not yet charged (its start not on record) is charged here, in the same write.
 UPDATE {table} AS j
    SET status = 'completed', {result_column} = v.result, error = NULL,
+       attempts = j.attempts + CASE WHEN j.started_at IS NULL THEN 1 ELSE 0 END,
+       started_at = coalesce(j.started_at, now()),
        lease_expires_at = NULL, finished_at = now(), updated_at = now()
   FROM unnest(%(ids)s::bigint[], %(results)s::jsonb[]) AS v(id, result)
  WHERE j.id = v.id AND j.claimed_by = %(worker_id)s AND j.status = 'running'
