@@ -27,12 +27,12 @@ from ..control.api import control_for
 from ..control.device import check_device_if_pending
 from ..control.switch import WorkerSwitch
 from ..control.throttle import Throttle, current_probe
-from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_STALLED, exit_now
+from ..exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
 from ..queries import JobTable
 from ..session import WorkerSession, first_line, hold_worker_lock
 from .fence import CommitFence
 from .stamp import HealthStamp
-from .trip import BatchRows, CurrentJob, stop_job
+from .trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
 from .watchdogs import JobWatch, Trip
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 NO_GPU_FIELDS = {"loaded_models": [], "swapping": False, "vram_total_gb": None, "vram_free_gb": None}
 REVOKED_CHANNEL = "qw_job_revoked"
 CONTROL_CHANNEL = "qw_worker_control"
-# Exits after which a gpu worker's device may be left in an error state.
-DEVICE_SUSPECT_EXITS = frozenset({EXIT_BUDGET, EXIT_STALLED, EXIT_HARD_STOP, EXIT_DEVICE_ERROR})
 
 
 class LivenessBeat(threading.Thread):
@@ -118,8 +116,7 @@ class LivenessBeat(threading.Thread):
             self._next_renew = now + self.renew_seconds
             self.watch.start(job_id, budget_seconds)
         self.state = "busy"
-        # No poke: the beat wakes every `check_seconds` anyway, and waking it per job cost a
-        # third of a one-job worker's throughput on no-op jobs.
+        # No poke: the beat wakes every `check_seconds`; a poke per job cost a third of no-op throughput.
 
     def models_changed(self) -> None:
         """A gpu worker loaded or unloaded a model: publish its warm models now, for the others' routing."""

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # What each trip writes: a watchdog or a GPU device error requeues (or, at the cap, fails) the job; a hard stop hands
 # it back untouched; a job taken away (77) is not ours to write.
 WRITES = {EXIT_BUDGET: "watchdog_trip", EXIT_STALLED: "watchdog_trip", EXIT_DEVICE_ERROR: "watchdog_trip", EXIT_HARD_STOP: "release_job"}
+# Exits after which a gpu worker's device may be left in an error state.
+DEVICE_SUSPECT_EXITS = frozenset({EXIT_BUDGET, EXIT_STALLED, EXIT_HARD_STOP, EXIT_DEVICE_ERROR})
 
 
 class BatchRows(Protocol):
