@@ -311,7 +311,7 @@ def test_your_own_application_runs_in_the_stack(stack, tmp_path):
     print(f"\napp image built in {time.monotonic() - started:.1f}s")
     app_env = {**stack.env, "QW_IMAGE_PREFIX": prefix, "QW_APP": "qw_example_app"}
     try:
-        ran = subprocess.run(["docker", "compose", "up", "-d", "--no-deps", "--wait", "ingest-worker-2"], cwd=ROOT, env=app_env,
+        ran = subprocess.run(["docker", "compose", "up", "-d", "--no-deps", "ingest-worker-2"], cwd=ROOT, env=app_env,
                              capture_output=True, text=True, timeout=300)
         assert ran.returncode == 0, ran.stderr
         [container] = stack.containers("ingest-worker-2")
