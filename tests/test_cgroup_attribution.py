@@ -237,3 +237,47 @@ def test_configure_container_prefix_selects_the_stack_as_the_seed_did(tmp_path, 
     queue_workflows.configure(cgroup_root=tree.root, container_prefix="qw-w")
     usage = cgroup_attribution.sample()
     assert usage is not None and [(c.name, c.memory_bytes) for c in usage.containers] == [("qw-worker-1", 10 * MIB)]
+
+
+SOCKET_DENIED_PROBE = """
+import logging, sys
+from pathlib import Path
+from queue_workflows.telemetry.attribution import Attribution
+from queue_workflows.telemetry.containers import docker_lister
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+lister = docker_lister(url="unix://" + sys.argv[2], prefix=None, project="qw")
+assert Attribution(cgroup_root=Path(sys.argv[1]), lister=lister, cpu_count=1).sample() is None
+"""
+
+
+def test_a_docker_socket_outside_our_groups_is_a_warning_naming_the_gid_to_set():
+    # The sidecar's QW_DOCKER_GID must be the socket's group; a wrong one must say which is right.
+    import os
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="qw-sock-"))
+    where.chmod(0o755)  # reachable by the unprivileged probe; the socket itself is not
+    tree = Tree(where / "cgroup", 2, "systemd")
+    path = where / "docker.sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        server.listen()
+        as_root = os.getuid() == 0
+        path.chmod(0o660 if as_root else 0o000)
+        nobody = {"user": 65534, "group": 65534, "extra_groups": []} if as_root else {}
+        probe = subprocess.run([sys.executable, "-c", SOCKET_DENIED_PROBE, str(tree.root), str(path)], capture_output=True,
+                               text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent, **nobody)  # type: ignore[call-overload]
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+        (tree.root / "cgroup.controllers").unlink()
+        tree.root.rmdir()
+        where.rmdir()
+    assert probe.returncode == 0, probe.stderr
+    gid = os.getgid()
+    assert f"cgroup attribution off: permission denied on the Docker socket {path}: it belongs to group {gid}" in probe.stderr
+    assert f"set QW_DOCKER_GID={gid} in this host's .env" in probe.stderr

@@ -6,8 +6,10 @@ import threading
 
 from qw_services import cli
 
-from queue_workflows import db, node_queue, register_ingest_task
+from queue_workflows import config, db, node_queue, register_ingest_task
 from queue_workflows.leadership import Elector
+
+from procs import wait_until
 
 
 def test_status_json_reports_every_queue(database_url, capsys, monkeypatch):
@@ -64,3 +66,30 @@ def leader_host() -> str:
     from queue_workflows import config
 
     return config.current().settings.host_label
+
+
+def test_status_warns_when_fewer_orchestrators_run_than_expected(database_url, capsys, monkeypatch):
+    monkeypatch.setenv("QW_DATABASE_URL", database_url)
+    monkeypatch.setenv("QW_EXPECTED_ORCHESTRATORS", "2")
+    config.reset()  # the fixture configured the engine before the variable was set
+    leader, standby = Elector(orchestrator_id="head:1"), Elector(orchestrator_id="head:2", poll_seconds=0.05)
+    stop = threading.Event()
+    standing_by = threading.Thread(target=standby.campaign, args=(stop,), daemon=True)
+    try:
+        assert leader.campaign(stop) is not None
+        assert cli.main(["status", "--json"]) == 0
+        warnings = json.loads(capsys.readouterr().out)["warnings"]
+        assert warnings == ["only 1 of 2 orchestrators running (QW_EXPECTED_ORCHESTRATORS=2): "
+                            "start the missing ones (docker compose up -d on the head)"]
+        assert cli.main(["status"]) == 0
+        assert f"WARNING: {warnings[0]}" in capsys.readouterr().out
+        standing_by.start()
+        wait_until(lambda: len(cli.status_data()["orchestrators"]) == 2, timeout=10, what="the standby's beat")
+        assert cli.main(["status", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["warnings"] == []
+    finally:
+        stop.set()
+        if standing_by.ident is not None:
+            standing_by.join(timeout=10)
+        leader.resign()
+        standby.resign()

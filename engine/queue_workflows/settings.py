@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     idle_baton: bool = Field(default=True, description="one idle cpu/ingest worker per queue acts on NOTIFY, the others wait in line (idle_baton.py)")
     reclaim_interval_seconds: float = Field(default=0.25, gt=0, le=5)
     orphan_confirm_seconds: float = Field(default=0.15, gt=0, le=5)
+    # How many orchestrators the head runs (compose: 2, one leads, one stands by); `qw status` warns below it.
+    expected_orchestrators: int = Field(default=1, ge=0, le=100, description="orchestrators the head is configured for; `qw status` warns when fewer beat")
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
     # Orchestrator leadership: a lease on the server's clock, renewed every leader_renew_seconds
     # (default: a third of the lease); a standby takes over once it lapses (docs/orchestrator.md).

@@ -113,10 +113,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         (secrets / name).chmod(0o640)
     running = Stack(secrets)
     started = time.monotonic()
-    running.compose("up", "-d")
-    running.up_seconds = time.monotonic() - started  # type: ignore[attr-defined]
-    running.started_at = started  # type: ignore[attr-defined]
     try:
+        # --wait returns once every service is running and healthy: no one-shot in the profiles.
+        running.compose("up", "-d", "--wait", timeout=600)
+        running.up_seconds = time.monotonic() - started  # type: ignore[attr-defined]
+        running.started_at = started  # type: ignore[attr-defined]
+        print(f"\ncompose up -d --wait: {running.up_seconds:.1f}s")  # type: ignore[attr-defined]
+        running.demo = running.compose("run", "--rm", "-T", "demo").stdout  # type: ignore[attr-defined]
         yield running
     finally:
         print(running.logs()[-6000:])

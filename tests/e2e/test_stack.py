@@ -1,7 +1,8 @@
 """The real stack, end to end: work from the host completes, a killed worker's job finishes on
 another, OFF parks a worker, the CUDA gpu-worker image runs the demo's gpu node (CPU fallback),
-hw_metrics arrives with the stack's containers, the dashboard serves the cluster, a Postgres
-restart under load loses no job, and `down -v` leaves nothing behind."""
+hw_metrics arrives with the stack's containers, the dashboard serves the cluster, and a Postgres
+restart under load loses no job. test_stack_operations.py goes on with the same stack, and takes
+it down."""
 
 from __future__ import annotations
 
@@ -15,43 +16,22 @@ import urllib.request
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
-import qw_demo
-
-import queue_workflows
 from queue_workflows import node_queue
 
+from e2e_support import TERMINAL
+from e2e_support import rows as _rows
+from e2e_support import rows_or_none as _rows_or_none
+from e2e_support import use as _use
 from procs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-TERMINAL = ("completed", "failed", "cancelled")
 
 
-def _rows(url: str, statement: str, params: object = None) -> list[dict]:
-    with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
-        return conn.execute(statement, params).fetchall()  # type: ignore[arg-type]
-
-
-def _rows_or_none(url: str, statement: str, params: object = None) -> list[dict] | None:
-    try:
-        return _rows(url, statement, params)
-    except psycopg.OperationalError:
-        return None  # Postgres restarting
-
-
-def _use(stack, role: str = "worker") -> str:
-    """Configure this process as a client of the stack, with the demo app's tasks, as its containers are."""
-    url = stack.url(role)
-    queue_workflows.configure(database_url=url, ingest_queues=frozenset({"fetch", "load"}))
-    for name in ("fetch_page", "load_rows"):  # each test starts with no task registered
-        queue_workflows.register_ingest_task(f"demo.{name}", getattr(qw_demo, name))
-    return url
-
-
-def test_the_demo_runs_by_default_and_qw_status_sees_it(stack):
+def test_the_opt_in_demo_seeds_once_and_qw_status_sees_it(stack):
     owner = stack.url()
-    # The demo service enqueued the example app's jobs and workflows; the cpu profile ran them.
+    # `run --rm demo` (the fixture's) enqueued the example app's jobs and workflows; the cpu profile ran them.
+    assert "demo enqueued {'ingest_jobs': 10, 'workflow_node_jobs': 5, 'workflow_runs': 2}" in stack.demo, stack.demo
     def demo_done():
         rows = _rows_or_none(owner, "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'demo' GROUP BY status")
         return rows if rows and {r["status"] for r in rows} == {"completed"} else None
@@ -60,6 +40,9 @@ def test_the_demo_runs_by_default_and_qw_status_sees_it(stack):
     first = _rows(owner, "SELECT extract(epoch FROM min(finished_at)) AS t FROM ingest_jobs")[0]["t"]
     print(f"\ncompose up -> first job completed: {float(first) - (time.time() - (time.monotonic() - stack.started_at)):.1f}s")
     assert sum(r["n"] for r in done) == 10
+    again = stack.compose("run", "--rm", "-T", "demo").stdout
+    assert "nothing: this database already has the demo's work" in again, again
+    assert _rows(owner, "SELECT count(*) AS n FROM ingest_jobs WHERE reason = 'demo'")[0]["n"] == 10
     inside = json.loads(stack.compose("exec", "-T", "orchestrator", "qw", "status", "--json").stdout)
     host = subprocess.run([sys.executable, "-m", "qw_services.cli", "status", "--json"], capture_output=True, text=True,
                           env={**stack.env, "QW_DATABASE_URL": owner, "QW_APP": "qw_demo"}, timeout=60)
@@ -69,7 +52,8 @@ def test_the_demo_runs_by_default_and_qw_status_sees_it(stack):
         assert seen["ingest"]["fetch"]["completed"] >= 5 and seen["node"]["cpu"]["completed"] >= 5
         assert {o["role"] for o in seen["orchestrators"]} == {"leader", "standby"}
         assert {w["queue"] for w in seen["workers"]} >= {"cpu", "fetch", "load"}
-    services = ("postgres", "orchestrator", "scheduler", "dashboard", "cpu-worker", "ingest-worker", "hw-metrics")
+    assert inside["warnings"] == [], inside["warnings"]
+    services = ("postgres", "orchestrator", "orchestrator-2", "scheduler", "dashboard", "cpu-worker", "ingest-worker", "hw-metrics")
 
     def all_healthy():
         states = stack.states()
@@ -216,12 +200,3 @@ def test_a_postgres_restart_under_load_loses_no_job(stack):
 
     rows = wait_until(settled, timeout=180, interval=1, what=f"all {len(acknowledged)} acknowledged jobs to complete after the restart")
     assert rows[0]["n"] == len(set(acknowledged))
-
-
-def test_down_v_leaves_nothing_behind(stack):
-    stack.compose("down", "-v", "--remove-orphans", "--timeout", "20")
-    label = f"label=com.docker.compose.project={stack.project}"
-    for kind in ("container", "volume", "network"):
-        left = subprocess.run(["docker", kind, "ls", *(["-a"] if kind == "container" else []), "-q", "--filter", label],
-                              capture_output=True, text=True, check=True).stdout.split()
-        assert left == [], f"{kind}s left behind: {left}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import cgroups
 from ..settings import Settings
-from .containers import ContainerRef, Lister, docker_lister
+from .containers import ContainerRef, Lister, SocketDenied, docker_lister
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class Attribution:
             return self._off("no Docker client configured")
         try:
             refs = self.lister()
+        except SocketDenied as exc:
+            return self._off(str(exc))
         except Exception as exc:  # noqa: BLE001 - no socket, permission denied, API error
             return self._off(f"Docker did not list the stack's containers: {type(exc).__name__}: {exc}")
         usage = self._measure(version, refs, host_cpu_percent, host_memory_used_bytes)

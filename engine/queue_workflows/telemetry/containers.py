@@ -9,6 +9,7 @@ the `docker` SDK's low-level client; the only calls made are the list and the in
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 from collections.abc import Callable
@@ -29,6 +30,29 @@ class ContainerRef:
 
 class StackUnknown(Exception):
     """There is no rule that says which containers are the stack's."""
+
+
+class SocketDenied(Exception):
+    """This process may not use the Docker socket: its group is not one of ours."""
+
+
+def socket_denied(url: str | None) -> str | None:
+    """Why this process cannot open the Docker unix socket `url` points at (else DOCKER_HOST, else the
+    default), naming the socket's group: compose adds it as QW_DOCKER_GID, which must match the host's."""
+    url = url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not url.startswith("unix://"):
+        return None
+    path = url.removeprefix("unix://")
+    try:
+        gid = os.stat(path).st_gid
+    except OSError:
+        return None  # absent: Docker's own error says so
+    if os.access(path, os.R_OK | os.W_OK):
+        return None
+    groups = sorted({os.getgid(), *os.getgroups()})
+    return (f"permission denied on the Docker socket {path}: it belongs to group {gid}, this process (uid {os.getuid()}) "
+            f"is in groups {groups}; set QW_DOCKER_GID={gid} in this host's .env (`stat -c %g /var/run/docker.sock`) "
+            "and recreate hw-metrics")
 
 
 def docker_api(url: str | None, *, timeout: float = 5.0) -> Any:
@@ -83,16 +107,19 @@ def docker_lister(*, url: str | None, prefix: str | None, project: str | None, t
     state: dict[str, Any] = {}
 
     def list_stack() -> list[ContainerRef]:
-        if "api" not in state:
-            state["api"] = docker_api(url, timeout=timeout)
         try:
+            if "api" not in state:
+                state["api"] = docker_api(url, timeout=timeout)  # asks the engine its API version
             if not prefix and not project and "project" not in state:
                 state["project"] = _own_project(state["api"], socket.gethostname())
             return stack_containers(state["api"], prefix=prefix, project=project or state.get("project"))
         except StackUnknown:
             raise
-        except Exception:
+        except Exception as exc:
             state.pop("api", None)
+            denied = socket_denied(url)
+            if denied:
+                raise SocketDenied(denied) from exc
             raise
 
     return list_stack
