@@ -140,7 +140,10 @@ def scalar(url: str, query: str, params: Sequence[Any] | dict[str, Any] | None =
 def child_env(database_url: str | None = None, **extra: str) -> dict[str, str]:
     """The parent's env without QW_* settings, plus the benchmarks dir on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QW_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]))
+    # Absolute: the children start in benchmarks/, where a relative entry would silently miss
+    # the tree it named and the installed one would run instead.
+    inherited = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), *inherited])
     env["PYTHONUNBUFFERED"] = "1"
     if database_url:
         env["QW_DATABASE_URL"] = database_url
