@@ -47,13 +47,12 @@ class TlsPostgres:
         self.ca = self.certs / "ca" / "ca.crt"
         # initdb refuses root: run the server as an unprivileged user.
         self.user = next(u for u in ("postgres", "pgserver", "nobody") if _has_user(u))
-        self.run_as = {"user": self.user}
         self.home = base / "pg"
         self.home.mkdir()
         shutil.chown(self.home, self.user)
         self.pgdata, self.sock, self.port = self.home / "data", self.home, _free_port()
-        subprocess.run([_pg_bin("initdb"), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True, timeout=60, **self.run_as)
+        subprocess.run([str(_pg_bin("initdb")), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+                       check=True, capture_output=True, timeout=60, user=self.user)
         for name in ("server.crt", "server.key"):  # Postgres wants a key of its own user's to be 0600
             shutil.copy(self.certs / "tls" / name, self.pgdata / name)
             shutil.chown(self.pgdata / name, self.user)
@@ -68,8 +67,8 @@ class TlsPostgres:
         db.bootstrap(url=self.admin.replace("/postgres?", "/qw_tls?"))
 
     def pg_ctl(self, *args: str) -> None:
-        subprocess.run([_pg_bin("pg_ctl"), "-D", str(self.pgdata), *args], check=True, capture_output=True,
-                       timeout=60, **self.run_as)
+        subprocess.run([str(_pg_bin("pg_ctl")), "-D", str(self.pgdata), *args], check=True, capture_output=True,
+                       timeout=60, user=self.user)
 
     def url(self, host: str = "localhost", port: int | None = None, **params: str) -> str:
         query = "&".join(f"{k}={v}" for k, v in params.items())
@@ -133,6 +132,12 @@ def test_make_tls_writes_a_key_postgres_reads_and_no_one_else(tls_pg: TlsPostgre
     before = {p.name: p.read_bytes() for p in (tls_pg.certs / "tls").iterdir()}
     tls_pg.make_tls("localhost")  # the same names: nothing changes
     assert before == {p.name: p.read_bytes() for p in (tls_pg.certs / "tls").iterdir()}
+    ca = tls_pg.ca.read_bytes()
+    tls_pg.make_tls("localhost", "head.example", "10.1.2.3")  # other names: a new certificate, the same CA
+    assert (tls_pg.certs / "tls" / "server.crt").read_bytes() != before["server.crt"] and tls_pg.ca.read_bytes() == ca
+    sans = subprocess.run(["openssl", "x509", "-in", str(tls_pg.certs / "tls" / "server.crt"), "-noout", "-ext", "subjectAltName"],
+                          capture_output=True, text=True, check=True).stdout
+    assert all(name in sans for name in ("DNS:postgres", "DNS:localhost", "DNS:head.example", "IP Address:10.1.2.3")), sans
 
 
 def test_verify_full_with_the_ca_and_a_name_in_the_certificate_succeeds(tls_pg: TlsPostgres) -> None:
