@@ -328,6 +328,15 @@ def _parse_dsn(url: str) -> tuple[dict[str, Any], str]:
 _BAD_OPTION = re.compile(r"invalid (\w+ )?value|invalid port number|invalid connection option|unrecognized (\w+ )?value|invalid \w+ value")
 
 
+# libpq's TLS failures before any session: the server refuses TLS, the CA is missing or is not
+# the server's, or the certificate does not name the host. Only a configuration change cures them.
+_TLS_REFUSED = re.compile(
+    r"server does not support SSL|root certificate file .* does not exist|could not read root certificate"
+    r"|certificate verify failed|does not match host name|certificate (has expired|is not yet valid)",
+    re.IGNORECASE,
+)
+
+
 def connect_error(exc: BaseException, *, url: str | None = None) -> QueueWorkflowsError:
     """The one-line error, naming cause and fix, for a failure to connect to Postgres.
 
@@ -355,6 +364,11 @@ def connect_error(exc: BaseException, *, url: str | None = None) -> QueueWorkflo
     text = _one_line(exc)
     if _BAD_OPTION.search(text):  # libpq refused an option before connecting: no wait will cure it
         return ConfigError(f"{source}: not a valid Postgres DSN ({text}); fix that option")
+    if _TLS_REFUSED.search(text):
+        return ConfigError(
+            f"{source}: TLS to Postgres at {where} failed ({text}); fix sslmode or sslrootcert in {source}, "
+            "or the server's certificate (deploy/make-tls.sh)"
+        )
     fatal = text.split("FATAL:", 1)[1].strip() if "FATAL:" in text else ""
     lowered = fatal.lower()
     if fatal and "database" in lowered and "does not exist" in lowered:
