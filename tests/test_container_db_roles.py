@@ -46,7 +46,7 @@ def worker_url(database_url: str) -> Iterator[str]:
         db.close_pools()
         with psycopg.connect(database_url, autocommit=True) as admin:
             admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND datname = current_database()", (role,)
             )
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 

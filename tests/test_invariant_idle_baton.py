@@ -22,13 +22,15 @@ from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers
 pytestmark = pytest.mark.multiprocess
 WORKERS = 6
 JOBS = 15
-LINE = "SELECT granted, pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+# Locks of this test's database only: on a shared server other databases' workers hold their own.
+THIS_DB = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+LINE = f"SELECT granted, pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND database = {THIS_DB}"
 # The holder's worker process: its session connection also holds the worker's own lock (0x5157).
-HOLDER = """
+HOLDER = f"""
 SELECT h.pid FROM pg_locks b
   JOIN pg_locks w ON w.pid = b.pid AND w.locktype = 'advisory' AND w.classid = %s AND w.granted
   JOIN worker_heartbeats h ON h.lock_key = w.objid::integer
- WHERE b.locktype = 'advisory' AND b.classid = %s AND b.granted"""
+ WHERE b.locktype = 'advisory' AND b.classid = %s AND b.granted AND b.database = {THIS_DB}"""
 
 
 def _line(url: str) -> tuple[list[int], int]:

@@ -27,6 +27,7 @@ def _test_tasks() -> None:
 
 HOLDERS = (
     "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 20823 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND objsubid = 2 AND objid = %s ORDER BY pid"
 )
 
