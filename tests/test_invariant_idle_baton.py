@@ -26,11 +26,11 @@ JOBS = 15
 THIS_DB = "(SELECT oid FROM pg_database WHERE datname = current_database())"
 LINE = f"SELECT granted, pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND database = {THIS_DB}"
 # The holder's worker process: its session connection also holds the worker's own lock (0x5157).
-HOLDER = f"""
-SELECT h.pid FROM pg_locks b
+HOLDER = """
+SELECT h.pid FROM pg_locks b JOIN pg_database d ON d.oid = b.database AND d.datname = current_database()
   JOIN pg_locks w ON w.pid = b.pid AND w.locktype = 'advisory' AND w.classid = %s AND w.granted
   JOIN worker_heartbeats h ON h.lock_key = w.objid::integer
- WHERE b.locktype = 'advisory' AND b.classid = %s AND b.granted AND b.database = {THIS_DB}"""
+ WHERE b.locktype = 'advisory' AND b.classid = %s AND b.granted"""
 
 
 def _line(url: str) -> tuple[list[int], int]:

@@ -32,7 +32,7 @@ SELECT a.pid FROM qw_leadership l
 
 def terminate_leader_backend(url: str) -> int:
     pid = query(url, LEASE_HOLDER)[0]["pid"]
-    query(url, "SELECT pg_terminate_backend(%s)", (pid,))
+    query(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (pid,))
     return pid
 
 

@@ -26,8 +26,8 @@ def _test_tasks() -> None:
     register_ingest_task("record", qw_test_app.record)
 
 HOLDERS = (
-    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 20823 "
-    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "SELECT pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() "
+    "WHERE locktype = 'advisory' AND granted AND classid = 20823 "
     "AND objsubid = 2 AND objid = %s ORDER BY pid"
 )
 

@@ -94,7 +94,8 @@ def test_cluster_rides_out_a_postgres_restart(private_pg: PrivatePostgres, priva
     beats = wait_workers_ready(url, workers, timeout=15)
     held = query(
         url,
-        "SELECT objid::int AS lock_key FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 20823 AND objsubid = 2",
+        "SELECT objid::int AS lock_key FROM pg_locks l JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() "
+        "WHERE locktype = 'advisory' AND granted AND classid = 20823 AND objsubid = 2",
     )
     assert {b["lock_key"] for b in beats.values()} <= {h["lock_key"] for h in held}, (beats, held, procs.logs())
     for w in workers:
@@ -122,7 +123,8 @@ def test_job_body_cut_off_mid_query_by_a_restart_is_retried_not_failed(
         wait_until(
             lambda: query(
                 url,
-                "SELECT 1 FROM pg_locks WHERE relation = 'test_executions'::regclass AND NOT granted",
+                "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() "
+                "WHERE relation = 'test_executions'::regclass AND NOT granted",
             ),
             timeout=15, what=f"the job body blocked on its query\n{procs.logs()}",
         )
