@@ -115,7 +115,8 @@ def test_frozen_worker_loses_its_job_when_the_lease_lapses_and_stops_with_77_on_
         wait_workers_ready(database_url, [second])
         held = query(
             database_url,
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 20823 AND objid = %s AND objsubid = 2",
+            "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() "
+            "WHERE locktype = 'advisory' AND granted AND classid = 20823 AND objid = %s AND objsubid = 2",
             (running["claim_lock_key"],),
         )
         assert held, "the frozen worker's session lock should still be held"

@@ -97,8 +97,8 @@ def login_as(database_url: str) -> Iterator[Callable[[str], str]]:
     db.close_pools()
     with psycopg.connect(database_url, autocommit=True) as admin:
         for role in made:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                          " WHERE datname = current_database() AND usename = %s", (role,))
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                          " AND usename = %s", (role,))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
