@@ -67,7 +67,7 @@ def while_pruning(url: str, procs: Procs, workers: int, backlog: int, measure: i
     """A round with `retention.Retention` deleting the aged finished rows in its 500-row batches meanwhile."""
     import threading
 
-    from queue_workflows import retention
+    from queue_workflows.leader import retention
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE ingest_jobs SET finished_at = now() - interval '30 days' WHERE id <= %s", (finished,))

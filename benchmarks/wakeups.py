@@ -8,7 +8,7 @@ transaction, each waited for until claimed. Two schemes, same run:
 - table channel (before migration 0020): every worker of the table LISTENs on
   `ingest_job_ready` and checks the payload, so every enqueue wakes all 80 processes;
 - queue channel: workers LISTEN on `qw_ready_<queue>`; only q0's W wake, and all of them claim;
-- queue channel + idle baton (now, `queue_workflows.idle_baton`): of q0's idle workers only the
+- queue channel + idle baton (now, `queue_workflows.worker.idle_baton`): of q0's idle workers only the
   holder of the queue's baton (the real advisory lock, on its connection) acts on a NOTIFY; when
   it claims it hands the lock to the next in line (a FIFO here, Postgres's lock queue in a real
   worker), which wakes for the lock and claims once to catch up. The rest stay asleep.
@@ -58,7 +58,7 @@ def listeners(url: str, scheme: str, on_q0: int) -> list[Listener]:
 
 def run(url: str, scheme: str, on_q0: int, jobs: int) -> tuple[float, float, float]:
     from queue_workflows import jobstore, node_queue
-    from queue_workflows.idle_baton import BATON_NAMESPACE
+    from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 
     pool = listeners(url, scheme, on_q0)
     baton = ("SELECT pg_try_advisory_lock(%s, hashtext('q0')) AS ok", "SELECT pg_advisory_unlock(%s, hashtext('q0'))")

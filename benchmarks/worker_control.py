@@ -45,7 +45,7 @@ class Cluster:
 
     def control(self, host: str, switch: str) -> datetime:
         out = subprocess.run(
-            [sys.executable, "-m", "queue_workflows.worker_control", "--queue", "fetch", switch, "--host", host, "--json"],
+            [sys.executable, "-m", "queue_workflows.control.commands", "--queue", "fetch", switch, "--host", host, "--json"],
             env=common.qw_env(self.url), capture_output=True, text=True, timeout=60, check=True,
         )
         return datetime.fromisoformat(json.loads(out.stdout)["updated_at"])

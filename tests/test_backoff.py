@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from queue_workflows.backoff import Backoff, retry_delay
+from queue_workflows.common.backoff import Backoff, retry_delay
 
 
 def test_grows_geometrically_to_the_cap_without_jitter():

@@ -11,8 +11,10 @@ import time
 import pytest
 
 import queue_workflows
-from queue_workflows import ConfigError, claim_worker, node_queue, register_ingest_task, worker_control
-from queue_workflows.batch import BatchWorker
+from queue_workflows import ConfigError, node_queue, register_ingest_task
+from queue_workflows import claim_worker
+from queue_workflows import worker_control
+from queue_workflows.worker.batch import BatchWorker
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
 

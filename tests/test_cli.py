@@ -7,7 +7,8 @@ import threading
 from qw_services import cli
 
 from queue_workflows import config, db, node_queue, register_ingest_task
-from queue_workflows.leadership import Elector
+from queue_workflows.leader.leadership import Elector
+from queue_workflows.ops import status
 
 from procs import wait_until
 
@@ -84,7 +85,7 @@ def test_status_warns_when_fewer_orchestrators_run_than_expected(database_url, c
         assert cli.main(["status"]) == 0
         assert f"WARNING: {warnings[0]}" in capsys.readouterr().out
         standing_by.start()
-        wait_until(lambda: len(cli.status_data()["orchestrators"]) == 2, timeout=10, what="the standby's beat")
+        wait_until(lambda: len(status.status_data()["orchestrators"]) == 2, timeout=10, what="the standby's beat")
         assert cli.main(["status", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["warnings"] == []
     finally:

@@ -8,7 +8,8 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import executor, node_queue
+from queue_workflows.worker import executor
+from queue_workflows import node_queue
 from queue_workflows.dag import Workflow, WorkflowValidationError
 from queue_workflows.dag.outbox import DispatchDrain
 

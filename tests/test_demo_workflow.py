@@ -8,7 +8,7 @@ import threading
 
 import qw_demo.nodes as demo
 from queue_workflows import run_status, start_run
-from queue_workflows.claim_worker import ClaimWorker
+from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.testing import wait_until
 

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import claim_worker, db, jobstore, model_registry, node_queue
+from queue_workflows import claim_worker
+from queue_workflows import db, jobstore, model_registry, node_queue
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.gpu.cache import ModelCache, ModelLoadError
 from queue_workflows.gpu.side import GpuSide

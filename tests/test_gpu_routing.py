@@ -214,7 +214,8 @@ def test_claim_preludes_only_for_routed_gpu_claims():
 
 
 def test_advisory_lock_namespaces_are_distinct():
-    from queue_workflows import idle_baton, jobstore
+    from queue_workflows.worker import idle_baton
+    from queue_workflows import jobstore
 
     spaces = [jobstore.WORKER_LOCK_NAMESPACE, idle_baton.BATON_NAMESPACE, node_queue.GPU_CLAIM_LOCK_NAMESPACE]
     assert len(set(spaces)) == len(spaces), spaces

@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from queue_workflows.liveness import id_notes
+from queue_workflows.worker.liveness import id_notes
 
 from procs import query, service_env, wait_until, wait_workers_ready
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from queue_workflows.liveness.stamp import HealthStamp
+from queue_workflows.common.health_stamp import HealthStamp
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docker" / "qw-healthy"
 

@@ -10,7 +10,8 @@ import time
 import psycopg
 from psycopg import sql
 
-from queue_workflows import jobstore, node_queue, reclaim, register_ingest_task
+from queue_workflows import jobstore, node_queue, register_ingest_task
+from queue_workflows.leader import reclaim
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
 
 

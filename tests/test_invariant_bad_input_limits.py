@@ -9,7 +9,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 import queue_workflows
-from queue_workflows import InvalidPayloadError, worker_control
+from queue_workflows import InvalidPayloadError
+from queue_workflows import worker_control
 from queue_workflows.dag import Workflow, WorkflowValidationError, cancel_run, restart_run, run_cancelled, submit_input
 from queue_workflows.payloads import MAX_JSON_DEPTH
 

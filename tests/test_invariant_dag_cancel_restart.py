@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import executor, node_queue
+from queue_workflows.worker import executor
+from queue_workflows import node_queue
 from queue_workflows.dag import RunStateError, Workflow, cancel_run, reconcile_runs, restart_run, run_cancelled
 from queue_workflows.dag.control import running_node
 from queue_workflows.dag.outbox import DispatchDrain
@@ -89,8 +90,8 @@ def test_no_path_requeues_a_node_of_a_cancelled_or_failed_run(database_url, conn
     # and a plain insert: each ends 'cancelled'; an operator retry of a cancelled node is refused outright
     conn.execute("UPDATE workflow_node_jobs SET status = 'scheduled', claimed_by = NULL WHERE id = %s", (ids["retried"],))
     conn.execute("UPDATE workflow_node_jobs SET status = 'queued', claimed_by = NULL WHERE id = %s", (ids["released"],))
-    with pytest.raises(queue_workflows.admin.JobNotFoundError, match=f"run {run_id}, which is cancelled: .* restart the run instead"):
-        queue_workflows.admin.retry_job(f"node:{ids['x']}")
+    with pytest.raises(queue_workflows.ops.admin.JobNotFoundError, match=f"run {run_id}, which is cancelled: .* restart the run instead"):
+        queue_workflows.ops.admin.retry_job(f"node:{ids['x']}")
     conn.execute("INSERT INTO workflow_node_jobs (run_id, node_name, queue) VALUES (%s, 'sneaky', 'cpu')", (run_id,))
     assert set(states(database_url, run_id).values()) == {"cancelled"}
     assert rows(database_url, run_id)["retried"]["error"] == f"cancelled: run {run_id} is cancelled"

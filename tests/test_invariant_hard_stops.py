@@ -21,10 +21,12 @@ from psycopg.types.json import Jsonb
 
 import qw_stop_tasks
 from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows import exits, node_queue, reclaim, register_ingest_task
-from queue_workflows.claim_worker import ClaimWorker
-from queue_workflows.executor import Outcome
-from queue_workflows.liveness.watchdogs import Trip
+from queue_workflows.worker import exits
+from queue_workflows import node_queue, register_ingest_task
+from queue_workflows.leader import reclaim
+from queue_workflows.worker.claim import ClaimWorker
+from queue_workflows.worker.executor import Outcome
+from queue_workflows.worker.liveness.watchdogs import Trip
 
 
 

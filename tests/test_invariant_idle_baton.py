@@ -13,7 +13,7 @@ import pytest
 
 import qw_test_app
 from queue_workflows import node_queue
-from queue_workflows.idle_baton import BATON_NAMESPACE
+from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.tasks import register_ingest_task
 
@@ -123,7 +123,7 @@ def test_a_stalled_holder_costs_at_most_a_poll(database_url, procs: Procs):
 
 def test_releasing_on_a_lost_session_neither_raises_nor_leaves_the_lock(database_url):
     from queue_workflows import db
-    from queue_workflows.idle_baton import IdleBaton
+    from queue_workflows.worker.idle_baton import IdleBaton
 
     mine, other = IdleBaton("fetch", wait_seconds=0.2), IdleBaton("fetch", wait_seconds=0.2)
     with db.connect(autocommit=True, url=database_url) as conn, db.connect(autocommit=True, url=database_url) as second:
@@ -140,7 +140,7 @@ def test_releasing_on_a_lost_session_neither_raises_nor_leaves_the_lock(database
 def test_waiting_in_line_writes_nothing_to_the_server_log(private_database_url, private_pg):
     """Idle workers wait in line all day: a timed-out wait must not log an ERROR each time."""
     from queue_workflows import db
-    from queue_workflows.idle_baton import IdleBaton
+    from queue_workflows.worker.idle_baton import IdleBaton
 
     log = private_pg.server.log
     before = log.read_text(errors="replace") if log.exists() else ""

@@ -17,8 +17,9 @@ import psycopg
 import pytest
 
 import qw_test_app
-from queue_workflows import admin, db, node_queue, register_ingest_task
-from queue_workflows.leadership import Elector, LeadershipLost, Term
+from queue_workflows.ops import admin
+from queue_workflows import db, node_queue, register_ingest_task
+from queue_workflows.leader.leadership import Elector, LeadershipLost, Term
 
 from procs import Procs, log_text, query, service_env, wait_for_log, wait_until, wait_workers_ready
 

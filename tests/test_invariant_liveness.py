@@ -201,7 +201,8 @@ def test_the_beat_outlives_unexpected_errors_and_keeps_renewing(database_url: st
     import threading
 
     import queue_workflows
-    from queue_workflows import claim_worker, jobstore
+    from queue_workflows import claim_worker
+    from queue_workflows import jobstore
 
     queue_workflows.configure(database_url=database_url, ingest_queues=frozenset({"fetch"}), lease_seconds=3, lease_renew_seconds=0.2)
     release = threading.Event()

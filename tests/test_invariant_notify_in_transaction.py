@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from queue_workflows import db, node_queue, register_ingest_task
-from queue_workflows.claim_worker import ready_channel
+from queue_workflows.worker.claim import ready_channel
 
 
 @pytest.fixture

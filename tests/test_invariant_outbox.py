@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import jobstore, node_queue, queries, reclaim
+from queue_workflows import jobstore, node_queue, queries
+from queue_workflows.leader import reclaim
 from queue_workflows.dag import Workflow, store
 from queue_workflows.dag.outbox import DispatchDrain
 

@@ -10,7 +10,8 @@ from importlib import resources
 import pytest
 
 import queue_workflows
-from queue_workflows import db, node_queue, reclaim, register_ingest_task
+from queue_workflows import db, node_queue, register_ingest_task
+from queue_workflows.leader import reclaim
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
 
 

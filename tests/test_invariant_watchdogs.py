@@ -10,8 +10,9 @@ import pytest
 
 import qw_test_app
 from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
-from queue_workflows import exits, node_queue, register_ingest_task
-from queue_workflows.liveness.watchdogs import JobWatch, budget_for
+from queue_workflows.worker import exits
+from queue_workflows import node_queue, register_ingest_task
+from queue_workflows.worker.liveness.watchdogs import JobWatch, budget_for
 from queue_workflows.settings import Settings
 
 

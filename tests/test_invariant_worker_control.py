@@ -16,7 +16,8 @@ import pytest
 
 import qw_test_app
 from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows import InvalidNameError, InvalidPayloadError, node_queue, register_ingest_task, worker_control
+from queue_workflows import InvalidNameError, InvalidPayloadError, node_queue, register_ingest_task
+from queue_workflows import worker_control
 
 pytestmark = pytest.mark.multiprocess
 
@@ -123,7 +124,7 @@ def test_control_input_is_validated_and_changes_nothing(database_url: str, conn)
 
 def test_the_console_script_turns_a_worker_off_and_on(database_url: str) -> None:
     env = service_env(database_url)
-    script = [sys.executable, "-m", "queue_workflows.worker_control"]
+    script = [sys.executable, "-m", "queue_workflows.control.commands"]
     off = subprocess.run([*script, "--queue", "fetch", "--off", "--host", "box-c", "--policy", "park"], env=env, capture_output=True, text=True, timeout=30)
     assert off.returncode == 0 and "box-c/fetch: OFF (park)" in off.stdout, off.stderr
     assert worker_control.desired_state_for("box-c", "fetch") == "off"

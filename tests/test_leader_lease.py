@@ -13,9 +13,10 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from queue_workflows import admin, db
+from queue_workflows.ops import admin
+from queue_workflows import db
 from queue_workflows.errors import ConfigError
-from queue_workflows.leadership import Elector, LeadershipLost, Term
+from queue_workflows.leader.leadership import Elector, LeadershipLost, Term
 from queue_workflows.settings import load_settings
 
 from test_container_db_roles import worker_url  # noqa: F401 - the fixture

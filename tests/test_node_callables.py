@@ -14,7 +14,8 @@ import pytest
 from psycopg.rows import dict_row
 
 import queue_workflows
-from queue_workflows import executor, node_queue
+from queue_workflows.worker import executor
+from queue_workflows import node_queue
 from queue_workflows.dag import Workflow, WorkflowValidationError
 from queue_workflows.errors import ConfigError
 
@@ -172,7 +173,7 @@ def test_a_workflow_provider_naming_os_system_is_refused(myapp, database_url):
 
 
 def test_a_restart_replays_a_rewritten_call_and_the_worker_refuses_it(myapp, database_url, conn, tmp_path):
-    from queue_workflows.claim_worker import ClaimWorker
+    from queue_workflows.worker.claim import ClaimWorker
 
     marker = tmp_path / "ran"
     run_id = queue_workflows.start_run(Workflow("r").node("a", "myapp.tasks:write", inputs={"path": str(marker)}, max_attempts=1), {})

@@ -8,7 +8,9 @@ import json
 import pytest
 from qw_services import cli
 
-from queue_workflows import claim_worker, config, node_queue, register_ingest_task, worker_control
+from queue_workflows import claim_worker
+from queue_workflows import config, node_queue, register_ingest_task
+from queue_workflows import worker_control
 
 
 @pytest.fixture

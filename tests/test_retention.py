@@ -10,7 +10,8 @@ import threading
 import pytest
 
 import queue_workflows
-from queue_workflows import ConfigError, retention
+from queue_workflows import ConfigError
+from queue_workflows.leader import retention
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
 

@@ -15,7 +15,9 @@ import pytest
 from psycopg import conninfo, errors, sql
 
 import queue_workflows
-from queue_workflows import db, node_queue, reclaim, retention, worker_control
+from queue_workflows import db, node_queue
+from queue_workflows.leader import reclaim, retention
+from queue_workflows import worker_control
 from queue_workflows.dag import Workflow
 from queue_workflows.jobstore import Claimant
 from queue_workflows.schedule.entries import ScheduleEntry

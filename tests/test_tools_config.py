@@ -133,7 +133,7 @@ def test_worker_from_the_apps_folder_runs_a_hydro_job_and_names_its_queue(app_di
 
 
 def test_orchestrator_module_migrates_a_fresh_database_named_by_the_app(app_dir, scratch_database_url):
-    orchestrator, log = _start([sys.executable, "-m", "queue_workflows.orchestrator"], app_dir, _env(scratch_database_url))
+    orchestrator, log = _start([sys.executable, "-m", "queue_workflows.leader.orchestrator"], app_dir, _env(scratch_database_url))
     try:
         wanted = db.latest_version()
 
@@ -175,7 +175,7 @@ def test_a_bad_database_is_one_line_and_exit_2(case, app_dir, pg_server_url, scr
                 "missing": "'qw_no_such_database' does not exist", "unmigrated": "run `qw migrate`"}[case]
     tools = [[_script("qw"), "status"]]
     if case != "unmigrated":  # on an unmigrated database the orchestrator migrates and a worker waits (next test)
-        tools += [[sys.executable, "-m", "queue_workflows.orchestrator"], [_script("queue-claim-worker"), "--queue", "hydro"]]
+        tools += [[sys.executable, "-m", "queue_workflows.leader.orchestrator"], [_script("queue-claim-worker"), "--queue", "hydro"]]
     for argv in tools:
         started = time.monotonic()
         done = _run(argv, app_dir, _env(url), timeout=30)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from queue_workflows.usage import ProcessVram, UsageMeter
+from queue_workflows.worker.usage import ProcessVram, UsageMeter
 
 
 class FakeNvml:

@@ -8,7 +8,9 @@ import time
 import pytest
 
 import queue_workflows
-from queue_workflows import claim_worker, node_queue, reclaim, register_ingest_task
+from queue_workflows import claim_worker
+from queue_workflows import node_queue, register_ingest_task
+from queue_workflows.leader import reclaim
 
 from procs import wait_until
 

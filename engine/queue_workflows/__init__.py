@@ -4,13 +4,21 @@
     queue_workflows.configure(db_url_env="MY_DB_URL")
     queue_workflows.db.bootstrap()
     queue_workflows.claim_worker.main(["--queue", "fetch"])
+
+The package's top level holds the public API (this module, `db`, `node_queue`, `bulk`, `tasks`,
+`testing`, `config`, `settings`, `errors`) and the seed's faces (modules whose docstring starts
+with "Face:", which only re-export); everything else lives in a folder per concern:
+`worker/`, `leader/`, `ops/`, `control/`, `dag/`, `gpu/`, `schedule/`, `telemetry/`, `common/`.
+See docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from . import admin, claim_worker, db, node_queue, reclaim, worker_control
-from .config import EngineConfig, configure, current
-from .errors import (
+from queue_workflows import claim_worker, db, node_queue, worker_control
+from queue_workflows.leader import reclaim
+from queue_workflows.ops import admin
+from queue_workflows.config import EngineConfig, configure, current
+from queue_workflows.errors import (
     ConfigError,
     InvalidNameError,
     InvalidPayloadError,
@@ -21,18 +29,19 @@ from .errors import (
     UnknownQueueError,
     UnknownTaskError,
 )
-from .settings import Settings
-from .control.throttle import MemoryReadings, set_memory_probe
-from .progress import report_progress
-from .schedule import ScheduleEntry, set_ingest_schedule
-from .tasks import register_ingest_task
-from .callables import CallableNotAllowedError, register_node_callable
-from .dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
-from .dag.store import run_status, start_run
-from .dag.audit import run_actions
-from .dag.control import cancel_run, restart_run
-from .dag.inputs import submit_input
-from .dag.validate import WorkflowValidationError
+from queue_workflows.settings import Settings
+from queue_workflows.gpu.registry import set_builtin_model_registrar
+from queue_workflows.control.throttle import MemoryReadings, set_memory_probe
+from queue_workflows.worker.progress import report_progress
+from queue_workflows.schedule import ScheduleEntry, set_ingest_schedule
+from queue_workflows.tasks import register_ingest_task
+from queue_workflows.callables import CallableNotAllowedError, register_node_callable
+from queue_workflows.dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
+from queue_workflows.dag.store import run_status, start_run
+from queue_workflows.dag.audit import run_actions
+from queue_workflows.dag.control import cancel_run, restart_run
+from queue_workflows.dag.inputs import submit_input
+from queue_workflows.dag.definition import WorkflowValidationError
 
 __version__ = "0.1.0"
 
@@ -74,6 +83,7 @@ __all__ = [
     "CallableNotAllowedError",
     "report_progress",
     "set_ingest_schedule",
+    "set_builtin_model_registrar",
     "set_memory_probe",
     "worker_control",
 ]

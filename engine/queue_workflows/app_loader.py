@@ -22,9 +22,9 @@ from typing import NoReturn
 
 import psycopg
 
-from . import callables, config, db, tasks
-from .config import EngineConfig
-from .errors import (
+from queue_workflows import callables, config, db, tasks
+from queue_workflows.config import EngineConfig
+from queue_workflows.errors import (
     ConfigError,
     DatabaseUnreachableError,
     InvalidNameError,

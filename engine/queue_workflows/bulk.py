@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import config, db, queries
-from .errors import InvalidPayloadError, QueueWorkflowsError
-from .node_queue import _INGEST_ARGS, _bulk_item_params
-from .payloads import json_text
+from queue_workflows import config, db, queries
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.node_queue import _INGEST_ARGS, _bulk_item_params
+from queue_workflows.payloads import json_text
 
 _ARGSET = frozenset(_INGEST_ARGS)
 _ABSENT = object()  # an omitted argument (its default applies), apart from an explicit None

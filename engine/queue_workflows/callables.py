@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar, overload
 
-from . import config
-from .errors import InvalidPayloadError, QueueWorkflowsError
-from .payloads import shown
+from queue_workflows import config
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.payloads import shown
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo
 
-from .errors import ConfigError
-from .settings import ENV_PREFIX, Settings, load_settings
+from queue_workflows.errors import ConfigError
+from queue_workflows.settings import ENV_PREFIX, Settings, load_settings
 
 DEFAULT_DB_URL_ENV = f"{ENV_PREFIX}DATABASE_URL"
 

@@ -18,8 +18,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from . import config, migrations
-from .errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
+from queue_workflows import config, migrations
+from queue_workflows.errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from . import db, queries
-from .queries import JobTable
+from queue_workflows import db, queries
+from queue_workflows.queries import JobTable
 
 # Advisory-lock namespace (first int4 key) for worker sessions; the second key is the worker's lock_key.
 # The view qw_worker_sessions (migration 0007) spells the same number.

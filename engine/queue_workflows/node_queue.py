@@ -13,12 +13,12 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from . import callables, config, db, jobstore, queries, tasks
-from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
-from .jobstore import Claimant, Row
-from .payloads import check_text, clean_text, json_object, shown
-from .queries import JobTable
-from .settings import QUEUE_NAME_RE, RESERVED_QUEUES
+from queue_workflows import callables, config, db, jobstore, queries, tasks
+from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
+from queue_workflows.jobstore import Claimant, Row
+from queue_workflows.payloads import check_text, clean_text, json_object, shown
+from queue_workflows.queries import JobTable
+from queue_workflows.settings import QUEUE_NAME_RE, RESERVED_QUEUES
 
 NODE_TABLE: JobTable = "workflow_node_jobs"
 INGEST_TABLE: JobTable = "ingest_jobs"

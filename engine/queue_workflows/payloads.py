@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .errors import InvalidPayloadError
+from queue_workflows.errors import InvalidPayloadError
 
 MAX_JSON_DEPTH = 100
 """Deepest nesting of objects/arrays accepted in args, inputs, results and a workflow's node inputs/skip_if."""

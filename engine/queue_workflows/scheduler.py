@@ -1,4 +1,4 @@
-"""The scheduler's public face (the seed's `queue_workflows.scheduler`); the parts live in `schedule/`.
+"""Face: the seed's `queue_workflows.scheduler`; the scheduler lives in `queue_workflows.schedule`.
 
     from queue_workflows.scheduler import ScheduleEntry
     queue_workflows.set_ingest_schedule([ScheduleEntry("fetch", 37, "run_fetch_all", "fetch")])
@@ -9,7 +9,7 @@ several replicas enqueue each slot exactly once.
 
 from __future__ import annotations
 
-from .schedule import (
+from queue_workflows.schedule import (
     InvalidScheduleError,
     ScheduleEntry,
     Ticker,

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .errors import ConfigError
+from queue_workflows.errors import ConfigError
 
 ENV_PREFIX = "QW_"
 RESERVED_QUEUES = frozenset({"cpu", "gpu"})

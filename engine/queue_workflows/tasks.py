@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidNameError, UnknownTaskError
-from .payloads import shown
+from queue_workflows.errors import InvalidNameError, UnknownTaskError
+from queue_workflows.payloads import shown
 
 TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import conninfo, sql
 
-from .claim_worker import ClaimWorker
+from queue_workflows.worker.claim import ClaimWorker
 
 T = TypeVar("T")
 

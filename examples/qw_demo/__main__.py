@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from queue_workflows import app_loader, db, overview
+from queue_workflows import app_loader, db
+from queue_workflows.ops import overview
 
 import qw_demo
 

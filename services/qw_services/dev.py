@@ -22,9 +22,9 @@ from psycopg import sql
 
 import queue_workflows
 from queue_workflows import ConfigError, app_loader, db, scheduler
+from queue_workflows.ops.status import status_data
 from queue_workflows.settings import load_settings
 
-from .cli import status_data
 from .runtime import on_stop_signals, setup_logging
 from .tables import print_table, status_table
 

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from queue_workflows import app_loader, config, db
-from queue_workflows.liveness import id_notes
+from queue_workflows.worker.liveness import id_notes
 from queue_workflows.queries import parse_named_queries
 
 __all__ = ["add_arguments", "check_orchestrator", "check_schema", "check_worker", "main_with", "worker_pids"]
@@ -28,7 +28,7 @@ ORCHESTRATOR_FRESH_SECONDS = 10.0
 """Orchestrators beat about once a second; ten missed beats is a wedged or cut-off one."""
 START_SLACK_SECONDS = 30.0
 """How far the database's clock and this host's may disagree about when a worker started."""
-WORKER_COMMANDS = ("queue-claim-worker", "queue_workflows.claim_worker", "qw_services.worker")
+WORKER_COMMANDS = ("queue-claim-worker", "queue_workflows.claim_worker", "queue_workflows.worker.cli", "qw_services.worker")
 
 
 class Unhealthy(Exception):

@@ -17,8 +17,9 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from queue_workflows import (InvalidNameError, InvalidPayloadError, admin, cancel_run, node_queue, restart_run, run_actions, run_status, submit_input,
-                             worker_control)
+from queue_workflows import InvalidNameError, InvalidPayloadError, cancel_run, node_queue, restart_run, run_actions, run_status, submit_input
+from queue_workflows.ops import admin
+from queue_workflows.control import commands as worker_control
 from queue_workflows.dag import InputNotAwaitedError, RunStateError
 from queue_workflows.errors import UnknownQueueError
 
@@ -220,7 +221,7 @@ def jobs_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-# What the job cost (queue_workflows.usage), shown when recorded.
+# What the job cost (queue_workflows.worker.usage), shown when recorded.
 USAGE_FIELDS = ("wall_seconds", "cpu_seconds", "peak_rss_bytes", "peak_vram_bytes", "model_load_seconds", "model_hit")
 
 

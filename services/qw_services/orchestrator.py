@@ -1,11 +1,11 @@
-"""`queue-orchestrator`: the engine's orchestrator (`queue_workflows.orchestrator`) as a service."""
+"""`queue-orchestrator`: the engine's orchestrator (`queue_workflows.leader.orchestrator`) as a service."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from queue_workflows import orchestrator
-from queue_workflows.orchestrator import bootstrap_when_reachable
+from queue_workflows.leader import orchestrator
+from queue_workflows.leader.orchestrator import bootstrap_when_reachable
 
 from .runtime import setup_logging
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .api import POLICIES, desired_state_for, disable_worker, enable_worker, list_controls
-from .switch import WorkerSwitch
+from queue_workflows.control.api import POLICIES, desired_state_for, disable_worker, enable_worker, list_controls
+from queue_workflows.control.switch import WorkerSwitch
 
 __all__ = ["POLICIES", "WorkerSwitch", "desired_state_for", "disable_worker", "enable_worker", "list_controls"]

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from psycopg.rows import dict_row
 
-from .. import db, queries
-from ..errors import InvalidNameError, InvalidPayloadError
-from ..payloads import check_note, shown
-from ..settings import HOST_LABEL_RE, QUEUE_NAME_RE
+from queue_workflows import db, queries
+from queue_workflows.errors import InvalidNameError, InvalidPayloadError
+from queue_workflows.payloads import check_note, shown
+from queue_workflows.settings import HOST_LABEL_RE, QUEUE_NAME_RE
 
 POLICIES = ("hard", "park")
 Policy = Literal["hard", "park"]

@@ -12,8 +12,8 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
-from .. import db, queries
-from .switch import WorkerSwitch
+from queue_workflows import db, queries
+from queue_workflows.control.switch import WorkerSwitch
 
 log = logging.getLogger(__name__)
 

@@ -14,17 +14,18 @@ reconcile), `inputs` (input steps), `audit` (who cancelled, restarted or answere
 
 from __future__ import annotations
 
-from .audit import run_actions
-from .control import RunStateError, cancel_run, cancelled, reconcile_runs, restart_run, run_cancelled
-from .definition import Node, Workflow
-from .hooks import (
+from queue_workflows.dag.audit import run_actions
+from queue_workflows.dag.control import RunStateError, cancel_run, cancelled, reconcile_runs, restart_run, run_cancelled
+from queue_workflows.dag.definition import Node, Workflow
+from queue_workflows.dag.hooks import (
     set_invoke_context,
     set_node_module_package,
     set_node_resolver,
     set_workflow_provider,
 )
-from .inputs import InputNotAwaitedError, submit_input
-from .validate import WorkflowValidationError, validate
+from queue_workflows.dag.inputs import InputNotAwaitedError, submit_input
+from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows.dag.validate import validate
 
 __all__ = [
     "InputNotAwaitedError",

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from psycopg.rows import dict_row
 
-from .. import db
-from ..payloads import check_id, check_text
-from ..queries import parse_named_queries
+from queue_workflows import db
+from queue_workflows.payloads import check_id, check_text
+from queue_workflows.queries import parse_named_queries
 
 Action = Literal["cancel", "restart", "input"]
 REQUESTED_BY_MAX = 200

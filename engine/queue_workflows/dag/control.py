@@ -30,11 +30,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .. import config, db
-from ..errors import QueueWorkflowsError
-from ..payloads import check_id, check_note, clean_text
-from . import audit, store
-from .definition import Workflow
+from queue_workflows import config, db
+from queue_workflows.errors import QueueWorkflowsError
+from queue_workflows.payloads import check_id, check_note, clean_text
+from queue_workflows.dag import audit, store
+from queue_workflows.dag.definition import Workflow
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import callables
+from queue_workflows import callables
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.payloads import MAX_NAME_CHARS, check_text
+
+
+class WorkflowValidationError(QueueWorkflowsError, ValueError):
+    """The workflow definition is invalid; the message names the node (and the cycle, for a cycle)."""
+
+
+def check_workflow_name(name: object) -> str:
+    """A workflow's name: 1 to MAX_NAME_CHARS characters Postgres can store (never echoed back)."""
+    try:
+        return check_text(name, what="workflow name", max_chars=MAX_NAME_CHARS)
+    except InvalidPayloadError as exc:
+        raise WorkflowValidationError(f"workflow: {exc}") from None
 
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
 KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
@@ -112,8 +126,6 @@ class Workflow:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workflow:
-        from .validate import WorkflowValidationError, check_workflow_name
-
         if not isinstance(data, Mapping):
             raise WorkflowValidationError(f"a workflow must be a mapping with 'name' and 'nodes', not {type(data).__name__}")
         name = check_workflow_name(data.get("name"))  # before any message quotes it

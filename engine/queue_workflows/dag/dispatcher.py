@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .definition import Node, Workflow
-from .validate import topological_order
+from queue_workflows.dag.definition import Node, Workflow
+from queue_workflows.dag.validate import topological_order
 
 DONE = frozenset({"completed", "skipped"})
 BROKEN = frozenset({"failed", "cancelled"})

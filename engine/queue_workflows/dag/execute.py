@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import config
-from . import control, hooks, refs, store
+from queue_workflows import config
+from queue_workflows.dag import control, hooks, refs, store
 
 
 def invoke(job: dict[str, Any]) -> Any:

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .. import callables, config
+from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows import callables, config
 
 WorkflowLoader = Callable[[str], Any]
 NodeResolver = Callable[[str], Any]
@@ -95,8 +96,6 @@ def check_allowed(call: str) -> None:
 
 def check_allowed_calls(wf: Any) -> None:
     """WorkflowValidationError for the first node whose call `check_allowed` refuses."""
-    from .validate import WorkflowValidationError
-
     for node in wf.nodes:
         if node.is_input:
             continue

@@ -23,11 +23,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .. import config, db
-from ..errors import InvalidPayloadError, QueueWorkflowsError
-from ..payloads import check_id, json_object, shown
-from . import audit, store
-from .control import write_cursor
+from queue_workflows import config, db
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.payloads import check_id, json_object, shown
+from queue_workflows.dag import audit, store
+from queue_workflows.dag.control import write_cursor
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import db
-from ..listening import run_listening
-from . import control, inputs
+from queue_workflows import db
+from queue_workflows.common.listening import run_listening
+from queue_workflows.dag import control, inputs
 
 log = logging.getLogger(__name__)
 

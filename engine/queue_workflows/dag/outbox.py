@@ -22,10 +22,10 @@ from typing import Any
 
 import psycopg
 
-from .. import config, db
-from ..listening import run_listening
-from ..payloads import clean_text
-from . import store
+from queue_workflows import config, db
+from queue_workflows.common.listening import run_listening
+from queue_workflows.payloads import clean_text
+from queue_workflows.dag import store
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import QueueWorkflowsError
+from queue_workflows.errors import QueueWorkflowsError
 
 CONTEXT = "context"  # a path's first segment naming the run's initial context; no node may take this id
 OPERATORS = frozenset({"$value", "$from", "$eq", "$ne", "$filter"})

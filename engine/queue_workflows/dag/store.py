@@ -17,13 +17,13 @@ from typing import Any, NamedTuple
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .. import config, db
-from ..errors import InvalidPayloadError
-from ..payloads import check_id, json_object
-from ..queries import parse_named_queries
-from . import dispatcher, hooks, refs
-from .definition import Workflow
-from .validate import topological_order, validate
+from queue_workflows import config, db
+from queue_workflows.errors import InvalidPayloadError
+from queue_workflows.payloads import check_id, json_object
+from queue_workflows.queries import parse_named_queries
+from queue_workflows.dag import dispatcher, hooks, refs
+from queue_workflows.dag.definition import Workflow
+from queue_workflows.dag.validate import topological_order, validate
 
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
 

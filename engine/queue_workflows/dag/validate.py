@@ -7,19 +7,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .. import config
-from ..errors import InvalidPayloadError, QueueWorkflowsError
-from ..payloads import MAX_NAME_CHARS, check_json_tree, check_text, shown
-from . import refs
-from .definition import KINDS, Node, Workflow, as_workflow
+from queue_workflows import config
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.payloads import MAX_NAME_CHARS, check_json_tree, check_text, shown
+from queue_workflows.dag import refs
+from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
+from queue_workflows.dag.definition import KINDS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 QUEUES = ("cpu", "gpu")
 RESERVED_IDS = frozenset({refs.CONTEXT})  # a `$from` path's first segment: a node by this name would be unreachable
-
-
-class WorkflowValidationError(QueueWorkflowsError, ValueError):
-    """The workflow definition is invalid; the message names the node (and the cycle, for a cycle)."""
 
 
 def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True) -> Workflow:
@@ -46,11 +43,9 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
         raise WorkflowValidationError(f"workflow {name!r}: cycle: {' -> '.join(cycle)}")
     for node in wf.nodes:
         _check_refs(name, node)
-    from .hooks import check_allowed_calls
 
     check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:
-        from .hooks import UnresolvableCallableError, resolve_callable
 
         for node in wf.nodes:
             if node.is_input:
@@ -64,14 +59,6 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
                     f"workflow {name!r}: node {node.id!r}: unresolvable callable {node.call!r}: {type(exc).__name__}: {exc}"
                 ) from None
     return wf
-
-
-def check_workflow_name(name: object) -> str:
-    """A workflow's name: 1 to MAX_NAME_CHARS characters Postgres can store (never echoed back)."""
-    try:
-        return check_text(name, what="workflow name", max_chars=MAX_NAME_CHARS)
-    except InvalidPayloadError as exc:
-        raise WorkflowValidationError(f"workflow: {exc}") from None
 
 
 def _check_node(name: str, node: Node) -> None:

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from . import registry
+from queue_workflows.gpu import registry
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ absent, so the worst case is a few timeouts and an empty list, not a stuck calle
 
 from __future__ import annotations
 
-from ..telemetry.gpu_sample import GpuSample
-from ..telemetry.gpus import probe
+from queue_workflows.telemetry.gpu_sample import GpuSample
+from queue_workflows.telemetry.gpus import probe
 
 __all__ = ["GpuSample", "probe_gpus"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import QueueWorkflowsError
+from queue_workflows.errors import QueueWorkflowsError
 
 Loader = Callable[[], Any]
 Unloader = Callable[[Any], None]

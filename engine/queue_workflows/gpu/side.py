@@ -8,9 +8,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .. import queries
-from . import registry
-from .cache import Acquired, ModelCache, ModelLoadError
+from queue_workflows import queries
+from queue_workflows.gpu import registry
+from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ Probe = Callable[[], list[Any]]
 
 
 def _default_probe() -> list[Any]:
-    from .probe import probe_gpus
+    from queue_workflows.gpu.probe import probe_gpus
 
     return probe_gpus()
 

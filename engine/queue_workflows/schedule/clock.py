@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from ..settings import Settings
+from queue_workflows.settings import Settings
 
 
 class Clock:

@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 from cronsim import CronSim, CronSimError
 
-from .. import config, node_queue, tasks
-from ..errors import QueueWorkflowsError
-from ..payloads import json_object, shown
-from ..settings import iana_zone
+from queue_workflows import config, node_queue, tasks
+from queue_workflows.errors import QueueWorkflowsError
+from queue_workflows.payloads import json_object, shown
+from queue_workflows.settings import iana_zone
 
 CatchUp = Literal["skip", "latest"]
 CATCH_UP_POLICIES: tuple[str, ...] = ("skip", "latest")

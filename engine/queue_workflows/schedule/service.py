@@ -14,13 +14,13 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 
-from .. import app_loader, config, db
-from ..errors import ConfigError, QueueWorkflowsError
-from .clock import Clock
-from .entries import ScheduleEntry, check_entry, ingest_schedule
-from .slots import stamp
-from .store import SlotStore
-from .ticker import Ticker
+from queue_workflows import app_loader, config, db
+from queue_workflows.errors import ConfigError, QueueWorkflowsError
+from queue_workflows.schedule.clock import Clock
+from queue_workflows.schedule.entries import ScheduleEntry, check_entry, ingest_schedule
+from queue_workflows.schedule.slots import stamp
+from queue_workflows.schedule.store import SlotStore
+from queue_workflows.schedule.ticker import Ticker
 
 log = logging.getLogger("queue_workflows.scheduler")
 

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
-from ..settings import iana_zone
+from queue_workflows.settings import iana_zone
 
 UTC = timezone.utc
 

@@ -6,11 +6,11 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .. import config
-from .clock import Clock
-from .entries import ScheduleEntry, ingest_schedule
-from .slots import Slots, stamp
-from .store import ALL_KINDS, SlotStore
+from queue_workflows import config
+from queue_workflows.schedule.clock import Clock
+from queue_workflows.schedule.entries import ScheduleEntry, ingest_schedule
+from queue_workflows.schedule.slots import Slots, stamp
+from queue_workflows.schedule.store import ALL_KINDS, SlotStore
 
 
 def schedule_status(entries: Iterable[ScheduleEntry] | None = None, *, url: str | None = None) -> list[dict[str, Any]]:

@@ -15,10 +15,10 @@ from typing import Any
 
 import psycopg
 
-from .. import config, db, node_queue, queries
-from ..jobstore import Row
-from .entries import ScheduleEntry
-from .slots import Fire, reason
+from queue_workflows import config, db, node_queue, queries
+from queue_workflows.jobstore import Row
+from queue_workflows.schedule.entries import ScheduleEntry
+from queue_workflows.schedule.slots import Fire, reason
 
 RUN_KINDS = ("slot", "catch_up")
 ALL_KINDS = ("slot", "catch_up", "boot")

@@ -1,4 +1,4 @@
--- Named queries of orchestrator leadership (queue_workflows.leadership).
+-- Named queries of orchestrator leadership (queue_workflows.leader.leadership).
 -- %(at)s is the server time to judge leases by; NULL (always, outside tests) means clock_timestamp().
 
 -- name: leader_vacant

@@ -1,4 +1,4 @@
--- Named queries of the operator dashboard's reads (queue_workflows.overview). `{table}` is
+-- Named queries of the operator dashboard's reads (queue_workflows.ops.overview). `{table}` is
 -- filled only with a fixed job table identifier; values are parameters.
 
 -- name: overview_workers

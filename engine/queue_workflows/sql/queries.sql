@@ -382,7 +382,7 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
  ORDER BY r.id DESC
  LIMIT %(limit)s;
 
--- Batch mode (queue_workflows.batch) ------------------------------------------------------
+-- Batch mode (queue_workflows.worker.batch) ------------------------------------------------------
 
 -- name: claim_batch
 -- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
@@ -464,7 +464,7 @@ RETURNING j.id;
 COPY ingest_jobs (task_name, queue, args, reason, priority, max_attempts) FROM STDIN;
 
 -- name: record_usage
--- What the job cost its process (queue_workflows.usage), written just before its terminal mark.
+-- What the job cost its process (queue_workflows.worker.usage), written just before its terminal mark.
 UPDATE {table}
    SET cpu_seconds = %(cpu_seconds)s, peak_rss_bytes = %(peak_rss_bytes)s, peak_vram_bytes = %(peak_vram_bytes)s,
        model_load_seconds = %(model_load_seconds)s, model_hit = %(model_hit)s, wall_seconds = %(wall_seconds)s

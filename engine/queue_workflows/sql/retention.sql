@@ -1,4 +1,4 @@
--- Named queries of retention (queue_workflows.retention): one small batch each, oldest first.
+-- Named queries of retention (queue_workflows.leader.retention): one small batch each, oldest first.
 -- %(keep_seconds)s is the window kept; %(batch)s caps the rows one statement deletes.
 
 -- name: prune_ingest_jobs

@@ -32,7 +32,7 @@ SELECT queue, 'scheduled', count(*), NULL FROM {table} WHERE status = 'scheduled
 SELECT extract(epoch FROM now())::float - %(lag_seconds)s AS until;
 
 -- name: metrics_finished_between
--- With what those jobs cost (queue_workflows.usage; NULL for jobs that recorded nothing).
+-- With what those jobs cost (queue_workflows.worker.usage; NULL for jobs that recorded nothing).
 SELECT queue, status, count(*) AS n, coalesce(sum(cpu_seconds), 0) AS cpu_seconds,
        coalesce(sum(wall_seconds), 0) AS wall_seconds, count(*) FILTER (WHERE model_hit = false) AS model_loads,
        coalesce(sum(model_load_seconds), 0) AS model_load_seconds

@@ -13,8 +13,8 @@ import re
 from types import ModuleType
 from typing import Any
 
-from .gpu_sample import GpuSample, text_or_none, to_bytes, to_float
-from .tools import GuardedCall, optional_module, run_tool
+from queue_workflows.telemetry.gpu_sample import GpuSample, text_or_none, to_bytes, to_float
+from queue_workflows.telemetry.tools import GuardedCall, optional_module, run_tool
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cgroups
-from ..settings import Settings
-from .containers import ContainerRef, Lister, SocketDenied, docker_lister
+from queue_workflows.telemetry import cgroups
+from queue_workflows.settings import Settings
+from queue_workflows.telemetry.containers import ContainerRef, Lister, SocketDenied, docker_lister
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +123,13 @@ def attribution_from(settings: Settings, *, cpu_count: int) -> Attribution:
     """The stack's containers as the settings select them (prefix, else compose project), read from `cgroup_root`."""
     lister = docker_lister(url=settings.docker_url, prefix=settings.container_prefix, project=settings.compose_project)
     return Attribution(cgroup_root=settings.cgroup_root, lister=lister, cpu_count=cpu_count)
+
+
+def sample() -> StackUsage | None:
+    """One reading from the configured cgroup root and Docker; CPU figures need a second reading (see Attribution)."""
+    from queue_workflows import config
+    from queue_workflows.telemetry.host import HostReader
+
+    host = HostReader().read()
+    attribution = attribution_from(config.current().settings, cpu_count=HostReader.cpu_count())
+    return attribution.sample(host_cpu_percent=host.cpu_percent, host_memory_used_bytes=host.memory_used_bytes)

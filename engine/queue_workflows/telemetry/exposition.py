@@ -14,11 +14,11 @@ from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .state import MetricsState
-from .store import QueueFigures
+from queue_workflows.telemetry.state import MetricsState
+from queue_workflows.telemetry.store import QueueFigures
 
 DEPTH_STATUSES = ("queued", "running", "scheduled")
-# What finished jobs cost (queue_workflows.usage), summed since this sidecar started.
+# What finished jobs cost (queue_workflows.worker.usage), summed since this sidecar started.
 COST_METRICS = {
     "cpu_seconds": "CPU seconds the finished jobs' processes spent on them",
     "wall_seconds": "Wall-clock seconds of the finished jobs",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from . import amd, nvidia
-from .gpu_sample import GpuSample
+from queue_workflows.telemetry import amd, nvidia
+from queue_workflows.telemetry.gpu_sample import GpuSample
 
 log = logging.getLogger(__name__)
 

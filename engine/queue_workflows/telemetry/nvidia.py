@@ -11,8 +11,8 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from .gpu_sample import GpuSample, text_or_none, to_bytes, to_float
-from .tools import GuardedCall, optional_module, run_tool
+from queue_workflows.telemetry.gpu_sample import GpuSample, text_or_none, to_bytes, to_float
+from queue_workflows.telemetry.tools import GuardedCall, optional_module, run_tool
 
 log = logging.getLogger(__name__)
 

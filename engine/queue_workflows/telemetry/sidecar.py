@@ -17,17 +17,17 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .. import config, db
-from ..liveness.stamp import HealthStamp
-from ..node_queue import NODE_QUEUES
-from ..session import first_line
-from ..settings import Settings
-from . import gpus as gpu_sources
-from . import snapshot, store
-from .attribution import Attribution, attribution_from
-from .state import MetricsState
-from .gpu_sample import GpuSample
-from .host import HostReader
+from queue_workflows import config, db
+from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.node_queue import NODE_QUEUES
+from queue_workflows.common.text import first_line
+from queue_workflows.settings import Settings
+from queue_workflows.telemetry import gpus as gpu_sources
+from queue_workflows.telemetry import snapshot, store
+from queue_workflows.telemetry.attribution import Attribution, attribution_from
+from queue_workflows.telemetry.state import MetricsState
+from queue_workflows.telemetry.gpu_sample import GpuSample
+from queue_workflows.telemetry.host import HostReader
 
 log = logging.getLogger(__name__)
 
@@ -148,3 +148,20 @@ class Sidecar:
                 stop.wait(max(0.0, interval - (time.monotonic() - started)))
         finally:
             self._close()
+
+
+def sample() -> dict[str, Any]:
+    """One snapshot of this host, as the sidecar would publish it."""
+    return Sidecar().sample()
+
+
+def run(stop_event: threading.Event) -> None:
+    """The sidecar loop in this process, until `stop_event` (no HTTP endpoint: see `queue-hw-metrics`)."""
+    Sidecar().run(stop_event)
+
+
+def registry_for(state: MetricsState) -> Any:
+    """A Prometheus registry serving `state` (needs the `metrics` extra: prometheus_client)."""
+    from queue_workflows.telemetry.exposition import registry_for as build  # optional dependency
+
+    return build(state)

@@ -12,12 +12,13 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from .attribution import StackUsage
-from .gpu_sample import GpuSample
-from .host import HostFigures
+from queue_workflows.telemetry.attribution import StackUsage
+from queue_workflows.telemetry.gpu_sample import GpuSample
+from queue_workflows.telemetry.host import HostFigures
 
 PAYLOAD_VERSION = 1
 NOTIFY_LIMIT_BYTES = 7900  # under Postgres's 8000, leaving room for the channel name
+CHANNEL = "hw_metrics"  # the channel sql/telemetry.sql's host_metrics_notify publishes on
 MAX_TEXT = 128
 
 

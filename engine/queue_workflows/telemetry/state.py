@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .store import QueueFigures
+from queue_workflows.telemetry.store import QueueFigures
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import Any
 
 from psycopg import sql
 
-from .. import db
-from ..queries import parse_named_queries
-from . import snapshot
+from queue_workflows import db
+from queue_workflows.queries import parse_named_queries
+from queue_workflows.telemetry import snapshot
 
 FAMILIES = (("node", "workflow_node_jobs"), ("ingest", "ingest_jobs"))
 MODEL_COLUMNS = ("loaded_models", "warm_models", "models", "current_model")  # the first a heartbeat row has

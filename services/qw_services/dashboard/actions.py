@@ -6,7 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from queue_workflows import cancel_run, node_queue, restart_run, submit_input, worker_control
+from queue_workflows import cancel_run, node_queue, restart_run, submit_input
+from queue_workflows.control import commands as worker_control
 from queue_workflows.errors import InvalidPayloadError
 
 WORKER_OPS = ("off-hard", "off-park", "on")

@@ -19,7 +19,7 @@ import anyio
 import psycopg
 from psycopg import sql
 
-from queue_workflows.liveness.stamp import HealthStamp
+from queue_workflows.common.health_stamp import HealthStamp
 
 log = logging.getLogger(__name__)
 

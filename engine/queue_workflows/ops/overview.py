@@ -13,13 +13,13 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from . import db
-from .admin import STATUSES
-from .errors import InvalidPayloadError
-from .node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
-from .payloads import check_text, shown
-from .queries import parse_named_queries
-from .telemetry.store import loaded_models
+from queue_workflows import db
+from queue_workflows.ops.admin import STATUSES
+from queue_workflows.errors import InvalidPayloadError
+from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
+from queue_workflows.payloads import check_text, shown
+from queue_workflows.queries import parse_named_queries
+from queue_workflows.telemetry.store import loaded_models
 
 __all__ = ["empty_throughput", "run_graph", "search_jobs", "throughput", "worker_overview"]
 

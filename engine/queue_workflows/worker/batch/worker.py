@@ -25,18 +25,18 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from .. import db, jobstore, queries
-from ..backoff import retry_delay
-from ..claim_worker import ClaimWorker
-from ..errors import ConfigError
-from ..executor import Outcome
-from ..liveness.watchdogs import budget_for
-from ..payloads import clean_text
-from ..queries import JobTable
-from ..session import first_line
-from .ledger import BatchLedger
-from .progress import ProgressWriter
-from .runner import BatchRunner, Job, Mode
+from queue_workflows import db, jobstore, queries
+from queue_workflows.common.backoff import retry_delay
+from queue_workflows.worker.claim import ClaimWorker
+from queue_workflows.errors import ConfigError
+from queue_workflows.worker.executor import Outcome
+from queue_workflows.worker.liveness.watchdogs import budget_for
+from queue_workflows.payloads import clean_text
+from queue_workflows.queries import JobTable
+from queue_workflows.common.text import first_line
+from queue_workflows.worker.batch.ledger import BatchLedger
+from queue_workflows.worker.batch.progress import ProgressWriter
+from queue_workflows.worker.batch.runner import BatchRunner, Job, Mode
 
 log = logging.getLogger(__name__)
 

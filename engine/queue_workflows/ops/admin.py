@@ -11,11 +11,12 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from . import config, db, leadership, queries
-from .errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
-from .node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
-from .payloads import check_text, shown
-from .queries import JobTable
+from queue_workflows import config, db, queries
+from queue_workflows.leader import leadership
+from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
+from queue_workflows.payloads import check_text, shown
+from queue_workflows.queries import JobTable
 
 FAMILIES: dict[str, JobTable] = {"ingest": INGEST_TABLE, "node": NODE_TABLE}
 STATUSES = ("scheduled", "queued", "running", "awaiting_input", "completed", "failed", "cancelled", "skipped")

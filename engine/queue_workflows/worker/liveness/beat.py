@@ -21,19 +21,20 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .. import db, jobstore, queries
-from ..backoff import Backoff
-from ..control.api import control_for
-from ..control.device import check_device_if_pending
-from ..control.switch import WorkerSwitch
-from ..control.throttle import Throttle, current_probe
-from ..exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
-from ..queries import JobTable
-from ..session import WorkerSession, first_line, hold_worker_lock
-from .fence import CommitFence
-from .stamp import HealthStamp
-from .trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
-from .watchdogs import JobWatch, Trip
+from queue_workflows import db, jobstore, queries
+from queue_workflows.common.backoff import Backoff
+from queue_workflows.control.api import control_for
+from queue_workflows.control.device import check_device_if_pending
+from queue_workflows.control.switch import WorkerSwitch
+from queue_workflows.control.throttle import Throttle, current_probe
+from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
+from queue_workflows.queries import JobTable
+from queue_workflows.common.text import first_line
+from queue_workflows.worker.session import WorkerSession, hold_worker_lock
+from queue_workflows.worker.liveness.fence import CommitFence
+from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
+from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from . import config, db
-from .backoff import Backoff
-from .session import first_line
+from queue_workflows import config, db
+from queue_workflows.common.backoff import Backoff
+from queue_workflows.common.text import first_line
 
 log = logging.getLogger(__name__)
 

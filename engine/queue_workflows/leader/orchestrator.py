@@ -3,7 +3,7 @@
 Any number may run; one leads (`leadership`) on a lease it renews, the others stand by and take
 over when it stops, dies or fails to renew (frozen, cut off); a leader that finds its term over
 stops its services and stands by again. The leader runs the reclaim sweep, the DAG dispatch
-drain, the DAG keeper and retention, each guarded by its term. `python -m queue_workflows.orchestrator` (and
+drain, the DAG keeper and retention, each guarded by its term. `python -m queue_workflows.leader.orchestrator` (and
 `queue-orchestrator`) import the app first, so an in-process host's own `configure(...)` decides
 the database; `run(stop_event)` is the same loop for a host that supervises its own threads.
 """
@@ -18,15 +18,16 @@ from collections.abc import Sequence
 
 import psycopg
 
-from . import app_loader, config, db, reclaim
-from .leadership import Elector, Term
-from .retention import Retention
-from .backoff import Backoff
-from .dag.keeper import RunKeeper
-from .dag.outbox import DispatchDrain
-from .errors import DatabaseUnreachableError
+from queue_workflows import app_loader, config, db
+from queue_workflows.leader import reclaim
+from queue_workflows.leader.leadership import Elector, Term
+from queue_workflows.leader.retention import Retention
+from queue_workflows.common.backoff import Backoff
+from queue_workflows.dag.keeper import RunKeeper
+from queue_workflows.dag.outbox import DispatchDrain
+from queue_workflows.errors import DatabaseUnreachableError
 
-log = logging.getLogger("queue_workflows.orchestrator")  # also when run as __main__
+log = logging.getLogger("queue_workflows.leader.orchestrator")  # also when run as __main__
 
 
 def bootstrap_when_reachable(stop: threading.Event, *, timeout: float = 120.0) -> bool:

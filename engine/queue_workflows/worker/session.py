@@ -18,9 +18,10 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from . import db, queries
-from .backoff import Backoff
-from .jobstore import WORKER_LOCK_NAMESPACE
+from queue_workflows.common.text import first_line
+from queue_workflows import db, queries
+from queue_workflows.common.backoff import Backoff
+from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,11 +36,6 @@ def hold_worker_lock(conn: db.Conn, key: int) -> None:
     row = conn.execute(queries.query("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
     if not (row and row["acquired"]):
         raise psycopg.OperationalError(f"worker lock {key} is held exclusively by another session")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def readable(conn: db.Conn) -> bool:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import queries
-from .jobstore import Statement
-from .queries import JobTable
+from queue_workflows import queries
+from queue_workflows.jobstore import Statement
+from queue_workflows.queries import JobTable
 
 
 @dataclass(frozen=True)

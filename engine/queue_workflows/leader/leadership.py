@@ -29,11 +29,11 @@ from typing import Any
 
 import psycopg
 
-from . import config, db
-from .errors import ConfigError
-from .liveness.stamp import HealthStamp
-from .queries import parse_named_queries
-from .session import first_line
+from queue_workflows import config, db
+from queue_workflows.errors import ConfigError
+from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.queries import parse_named_queries
+from queue_workflows.common.text import first_line
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..exits import EXIT_BUDGET, EXIT_STALLED
+from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_STALLED
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..executor import Outcome
-from ..jobstore import Statement
+from queue_workflows.worker.executor import Outcome
+from queue_workflows.jobstore import Statement
 
 Job = dict[str, Any]
 Finished = list[tuple[Job, Outcome]]

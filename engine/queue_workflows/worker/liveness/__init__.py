@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .beat import LivenessBeat
+from queue_workflows.worker.liveness.beat import LivenessBeat
 
 __all__ = ["LivenessBeat"]

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from collections.abc import Awaitable
 from typing import Any, Literal
 
-from . import callables, config, tasks
-from .errors import InvalidPayloadError, QueueWorkflowsError
-from .gpu.errors import GpuErrorKind, classify
-from .payloads import clean_text, json_object
+from queue_workflows import callables, config, tasks
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.gpu.errors import GpuErrorKind, classify
+from queue_workflows.payloads import clean_text, json_object
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def run_node_job(job: dict[str, Any]) -> Outcome:
     """Call the node's (allowed) callable; its dict return is the context delta."""
     try:
         if job.get("input_refs") is not None:  # a node of a DAG run: its callable, inputs by name
-            from .dag.execute import invoke
+            from queue_workflows.dag.execute import invoke
 
             value = invoke(job)
         else:

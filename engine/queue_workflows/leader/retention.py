@@ -16,9 +16,9 @@ from collections.abc import Callable
 from functools import cache
 from importlib import resources
 
-from . import config, db
-from .listening import run_listening
-from .queries import parse_named_queries
+from queue_workflows import config, db
+from queue_workflows.common.listening import run_listening
+from queue_workflows.queries import parse_named_queries
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
-from .. import queries
-from ..exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
-from ..queries import JobTable
-from ..session import first_line
-from .watchdogs import Trip
+from queue_workflows import queries
+from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
+from queue_workflows.queries import JobTable
+from queue_workflows.common.text import first_line
+from queue_workflows.worker.liveness.watchdogs import Trip
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ DEVICE_SUSPECT_EXITS = frozenset({EXIT_BUDGET, EXIT_STALLED, EXIT_HARD_STOP, EXI
 
 
 class BatchRows(Protocol):
-    """What a batch worker tells the beat about its rows (queue_workflows.batch.ledger)."""
+    """What a batch worker tells the beat about its rows (queue_workflows.worker.batch.ledger)."""
 
     def unstored_ids(self) -> list[int]: ...
     def taken(self, lost: set[int]) -> set[int]: ...

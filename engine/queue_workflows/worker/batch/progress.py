@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from .. import db, queries
-from ..session import first_line
-from .ledger import BatchLedger
+from queue_workflows import db, queries
+from queue_workflows.common.text import first_line
+from queue_workflows.worker.batch.ledger import BatchLedger
 
 log = logging.getLogger(__name__)
 

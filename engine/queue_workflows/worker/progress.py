@@ -11,7 +11,7 @@ never mistaken for a stall. Outside a worker, a report does nothing.
 
 from __future__ import annotations
 
-from .liveness.watchdogs import JobWatch
+from queue_workflows.worker.liveness.watchdogs import JobWatch
 
 _watch: JobWatch | None = None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from ..executor import Outcome, run_ingest_job, run_ingest_job_async, run_node_job
+from queue_workflows.worker.executor import Outcome, run_ingest_job, run_ingest_job_async, run_node_job
 
 Mode = Literal["sequential", "threads", "async"]
 MODES: tuple[Mode, ...] = ("sequential", "threads", "async")

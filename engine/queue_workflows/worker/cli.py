@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from . import app_loader, config, db, exits, node_queue
-from .liveness import id_notes
+from queue_workflows import app_loader, config, db, node_queue
+from queue_workflows.worker import exits
+from queue_workflows.worker.batch import BatchWorker
+from queue_workflows.worker.claim import ClaimWorker
+from queue_workflows.worker.liveness import id_notes
 
-if TYPE_CHECKING:
-    from .claim_worker import ClaimWorker
+__all__ = ["build_parser", "build_worker", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,16 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_worker(args: argparse.Namespace) -> ClaimWorker:
     """A one-job worker, or a batch worker when a batch size or concurrency above 1 is asked for."""
-    from .claim_worker import ClaimWorker  # which imports this module at its end
-
     settings = config.current().settings
     size = args.batch if args.batch is not None else settings.batch_size
     mode = args.batch_mode or settings.batch_mode
     concurrency = args.concurrency if args.concurrency is not None else settings.batch_concurrency
     if size == 1 and concurrency == 1 and mode == "sequential":
         return ClaimWorker(args.queue, max_jobs=args.max_jobs)
-    from .batch import BatchWorker  # imports this module: loaded only when asked for
-
     return BatchWorker(args.queue, batch_size=size, mode=mode, concurrency=concurrency, max_jobs=args.max_jobs)
 
 
@@ -74,3 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             return worker.run_forever()
     finally:
         id_notes.forget()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,6 +37,6 @@ class HealthStamp:
 
     @classmethod
     def from_settings(cls) -> HealthStamp:
-        from .. import config
+        from queue_workflows import config
 
         return cls(config.current().settings.health_file)

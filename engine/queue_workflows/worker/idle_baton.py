@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import psycopg
 
-from . import db, queries
+from queue_workflows import db, queries
 
 BATON_NAMESPACE = 0x5159  # beside the worker sessions' 0x5157
 

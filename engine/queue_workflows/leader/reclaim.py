@@ -13,11 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import config, db, jobstore
-from .jobstore import Row
-from .node_queue import INGEST_TABLE, NODE_TABLE
-from .queries import JobTable
-from .listening import run_listening
+from queue_workflows import config, db, jobstore
+from queue_workflows.jobstore import Row
+from queue_workflows.node_queue import INGEST_TABLE, NODE_TABLE
+from queue_workflows.queries import JobTable
+from queue_workflows.common.listening import run_listening
 
 log = logging.getLogger(__name__)
 

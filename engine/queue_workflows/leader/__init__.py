@@ -1,0 +1,1 @@
+"""The orchestrator and the services only the leading orchestrator runs: reclaim, retention, dispatch."""

@@ -1,0 +1,1 @@
+"""The claim worker: claiming, running and finishing jobs, batch mode, liveness."""
