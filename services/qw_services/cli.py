@@ -9,6 +9,7 @@ from typing import Any
 
 from queue_workflows.ops import admin, status
 from queue_workflows import app_loader, config, db, node_queue, scheduler
+from queue_workflows.control import commands as worker_control
 
 from . import health, ops
 from .dashboard import service as dashboard_service
@@ -92,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dashboard_service.main_with(args)
     if args.command == "health":  # its own exit codes: Docker reads 0 healthy, 1 not
         return health.main_with(args)
+    if args.command == "worker":  # the same action as queue-worker-control, owned by the engine
+        return worker_control.run_switch(args.switch, args)
     return app_loader.run_tool(lambda: _command(args))
 
 
@@ -104,7 +107,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "schedule":
         return _schedule(args.json)
     if args.command in ops.COMMANDS:
-        return ops.run(args, loaded.config.settings.host_label)
+        return ops.run(args)
     return _status(args.json)
 
 
