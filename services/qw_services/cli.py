@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--jobs", type=int, default=20, help="demo jobs per queue (default 20)")
     dev.add_argument("--exit-when-done", action="store_true", help="stop once the demo work has finished")
     dev.add_argument("--timeout", type=float, default=300.0, help="give up if the demo has not finished by then")
+    dev.add_argument("-v", "--verbose", action="store_true", help="every process's log (a line per job) instead of the live summary line")
     migrate = sub.add_parser("migrate", parents=[app_too], help="apply the migration chain (or --to VERSION to downgrade)")
     migrate.add_argument("--to", type=int, default=None)
     status = sub.add_parser("status", parents=[app_too], help="queues (depth, oldest job), workers, flagged dead workers")
@@ -88,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "dev":
         from .dev import run
 
-        return app_loader.run_tool(lambda: run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout, app=args.app))
+        return app_loader.run_tool(lambda: run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout, app=args.app,
+                                                  verbose=args.verbose))
     if args.command == "web":  # the dashboard service: its own logging, its own serving loop
         return dashboard_service.main_with(args)
     if args.command == "health":  # its own exit codes: Docker reads 0 healthy, 1 not
