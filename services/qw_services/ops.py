@@ -1,7 +1,7 @@
 """The operator's `qw` subcommands: workers, jobs, one job, cancel, retry, worker on|off.
 
 Exit codes scripts can rely on: 0 done; 1 the database failed; 2 bad input or configuration;
-3 no such job, or the job is not in a state that allows the action.
+3 no such job, or the job is not in a state that allows the action; 141 the reader of stdout closed early (`| head`).
 """
 
 from __future__ import annotations
