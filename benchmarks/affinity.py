@@ -86,13 +86,14 @@ def run_mix(url: str, procs: Procs, weights: list[float], *, jobs: int, workers:
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=None, help="default 300; 60 with --quick")
+    parser.add_argument("--jobs", type=int, default=None, help="default 300; 40 with --quick")
     parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--load", type=float, default=1.5, help="seconds a model takes to load")
+    parser.add_argument("--load", type=float, default=None, help="seconds a model takes to load (default 1.5; 0.5 with --quick)")
     parser.add_argument("--job", type=float, default=0.05, help="seconds a job runs")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
-    jobs = args.jobs or (60 if args.quick else 300)
+    jobs = args.jobs or (40 if args.quick else 300)
+    args.load = args.load or (0.5 if args.quick else 1.5)
     rows = []
     with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
         common.banner(f"model affinity: {jobs} jobs, {args.workers} gpu workers (CPU fallback), 4 models, "

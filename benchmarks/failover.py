@@ -12,7 +12,7 @@ SIGCONTed after the trial, when it stands by again.
 Baseline in the same run: the same completion with a live leader (event -> `b` enqueued), the
 price of dispatch itself.
 
-    python benchmarks/failover.py [--trials 5] [--freeze] [--database-url DSN]
+    python benchmarks/failover.py [--trials 5] [--freeze] [--quick] [--database-url DSN]
 """
 
 from __future__ import annotations
@@ -76,9 +76,10 @@ def trial(url: str, kill: subprocess.Popen[bytes] | None, *, freeze: bool = Fals
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=None, help="failovers timed (default 5; 2 with --quick)")
     parser.add_argument("--freeze", action="store_true", help="SIGSTOP the leader instead of kill -9 (SIGCONT after)")
     args = parser.parse_args(argv)
+    args.trials = args.trials or (2 if args.quick else 5)
     with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
         how = "SIGSTOP" if args.freeze else "kill -9"
         common.banner(f"orchestrator failover: {how} of the leader, {args.trials} trials", args, server_url)

@@ -17,7 +17,9 @@ import time
 
 import common
 
-SCRIPTS = ("throughput", "latency", "bulk_enqueue", "backlog", "wakeups", "recovery", "claim_backlog", "worker_control", "dag", "failover", "affinity", "gpu_claim")
+# Every benchmark is a script with a __main__ block; the rest are helpers. Found, not listed, so a new one cannot be left out.
+SCRIPTS = tuple(sorted(p.stem for p in common.BENCH_DIR.glob("*.py")
+                       if p.stem != "run_all" and 'if __name__ == "__main__":' in p.read_text()))
 SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections", "autovacuum")
 PACKAGES = ("queue-workflows", "psycopg", "psycopg-pool", "pgqueuer", "asyncpg", "procrastinate", "pgserver")
 

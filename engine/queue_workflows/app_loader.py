@@ -43,6 +43,8 @@ EXIT_USAGE = 2
 """What the user must fix: a setting, the DSN, the database, the schema, a queue name."""
 EXIT_FAILED = 1
 """What may pass on its own: Postgres unreachable, or another engine error."""
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a tool a closed pipe stopped (`qw jobs --json | head`), never 1."""
 
 _MUST_FIX = (ConfigError, InvalidNameError, InvalidPayloadError, UnknownQueueError, ReservedQueueError, MigrationError)
 
@@ -197,7 +199,11 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
 def run_tool(body: Callable[[], int]) -> int:
     """Run a tool's body; known problems become `error: <one line>` on stderr and an exit code."""
     try:
-        return body()
+        code = body()
+        sys.stdout.flush()  # a reader gone is seen here, where it is handled, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -207,6 +213,13 @@ def run_tool(body: Callable[[], int]) -> int:
         code, message = known
         print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
         return code
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed early: exit quietly, as a tool that SIGPIPE ended would."""
+    # Interpreter exit flushes stdout again: point it at /dev/null so that flush cannot fail too (Python docs, signal).
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 def warn_unrunnable_jobs(queue: str, loaded: LoadedApp) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from queue_workflows.ops import admin, status
 from queue_workflows import app_loader, config, db, node_queue, scheduler
+from queue_workflows.control import commands as worker_control
 
 from . import health, ops
 from .dashboard import service as dashboard_service
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--jobs", type=int, default=20, help="demo jobs per queue (default 20)")
     dev.add_argument("--exit-when-done", action="store_true", help="stop once the demo work has finished")
     dev.add_argument("--timeout", type=float, default=300.0, help="give up if the demo has not finished by then")
+    dev.add_argument("-v", "--verbose", action="store_true", help="every process's log (a line per job) instead of the live summary line")
     migrate = sub.add_parser("migrate", parents=[app_too], help="apply the migration chain (or --to VERSION to downgrade)")
     migrate.add_argument("--to", type=int, default=None)
     status = sub.add_parser("status", parents=[app_too], help="queues (depth, oldest job), workers, flagged dead workers")
@@ -87,11 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "dev":
         from .dev import run
 
-        return app_loader.run_tool(lambda: run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout, app=args.app))
+        return app_loader.run_tool(lambda: run(jobs=args.jobs, exit_when_done=args.exit_when_done, timeout=args.timeout, app=args.app,
+                                                  verbose=args.verbose))
     if args.command == "web":  # the dashboard service: its own logging, its own serving loop
         return dashboard_service.main_with(args)
     if args.command == "health":  # its own exit codes: Docker reads 0 healthy, 1 not
         return health.main_with(args)
+    if args.command == "worker":  # the same action as queue-worker-control, owned by the engine
+        return worker_control.run_switch(args.switch, args)
     return app_loader.run_tool(lambda: _command(args))
 
 
@@ -104,7 +109,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "schedule":
         return _schedule(args.json)
     if args.command in ops.COMMANDS:
-        return ops.run(args, loaded.config.settings.host_label)
+        return ops.run(args)
     return _status(args.json)
 
 

@@ -2,7 +2,8 @@
 
 Uses QW_DATABASE_URL, or starts an embedded Postgres under QW_DATA_DIR when unset and prints
 its DSN so `qw status` can watch from another terminal. For the demo it enqueues work and
-shows it completing; either way it keeps serving until Ctrl-C.
+shows it completing; either way it keeps serving until Ctrl-C, with one live summary line
+(`-v`: the processes' log instead, a line per job).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,13 +26,20 @@ import queue_workflows
 from queue_workflows import ConfigError, app_loader, db, scheduler
 from queue_workflows.ops.status import status_data
 from queue_workflows.settings import load_settings
+from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_OK, EXIT_STALLED
 
+from .live_line import LiveLine
 from .runtime import on_stop_signals, setup_logging
 from .tables import print_table, status_table
 
 log = logging.getLogger("queue_workflows.dev")
 
 DEMO_APP = "qw_demo"
+
+# Exits a worker makes by design (--max-jobs, a stop, an operator's hard OFF): started again without alarm.
+NORMAL_EXITS = {EXIT_OK: "finished", EXIT_HARD_STOP: "hard OFF by an operator; it starts parked"}
+TRIP_EXITS = {EXIT_BUDGET: "job over its budget", EXIT_STALLED: "job stalled", EXIT_JOB_TAKEN: "its job was taken away",
+              EXIT_DEVICE_ERROR: "GPU device error"}
 
 
 @dataclass
@@ -61,8 +70,13 @@ class Supervisor:
     def check(self) -> None:
         for child in self.children:
             if child.proc is not None and child.proc.poll() is not None:
-                child.restarts += 1
-                log.warning("%s exited with %s; restarting (restart #%d)", child.role, child.proc.returncode, child.restarts)
+                code = child.proc.returncode
+                if code in NORMAL_EXITS:
+                    log.info("%s exited %d (%s); starting a fresh one", child.role, code, NORMAL_EXITS[code])
+                else:
+                    child.restarts += 1
+                    why = f" ({TRIP_EXITS[code]})" if code in TRIP_EXITS else ""
+                    log.warning("%s exited with %s%s; restarting (restart #%d)", child.role, code, why, child.restarts)
                 self._start(child)
 
     def stop_all(self) -> None:
@@ -98,16 +112,17 @@ def _die_with_parent(parent_pid: int) -> None:
 class ScheduleWatch:
     """Prints a line whenever the app's scheduler enqueues a slot, so the schedule is seen working."""
 
-    def __init__(self) -> None:
+    def __init__(self, say: Callable[[str], None] = print) -> None:
         self.seen: dict[str, int] = {}
+        self.say = say
 
     def poll(self) -> None:
         for row in scheduler.schedule_status():
             job = row["last_job_id"]
             if job is not None and self.seen.get(row["name"]) != job:
                 self.seen[row["name"]] = job
-                print(f"qw dev: schedule {row['name']!r} enqueued ingest job {job} on {row['queue']!r} "
-                      f"({row['last_kind']} {row['last_slot']}); next {row['next_fire']}", flush=True)
+                self.say(f"qw dev: schedule {row['name']!r} enqueued ingest job {job} on {row['queue']!r} "
+                         f"({row['last_kind']} {row['last_slot']}); next {row['next_fire']}")
 
 
 def _database_url(data_dir: Any, app_config: Any) -> tuple[str, Any]:
@@ -140,8 +155,9 @@ def _announce_database(url: str, embedded: bool, app: str) -> None:
         print("qw dev: using the application's configured database", flush=True)
 
 
-def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = None) -> int:
+def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = None, verbose: bool = False) -> int:
     """Serve `app` (default: the demo, whose jobs it enqueues and watches) until Ctrl-C."""
+    os.environ["QW_LOG_LEVEL"] = _log_level(os.environ.get("QW_LOG_LEVEL"), verbose)  # the children inherit it
     setup_logging("qw-dev")
     settings = load_settings()
     app = app or settings.app or DEMO_APP
@@ -163,15 +179,17 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
     queues = ["cpu", "gpu", *sorted(config.settings.ingest_queues)]  # gpu: on the CPU unless QW_GPU_CPU_FALLBACK=0
     for queue in queues:
         supervisor.add(f"worker-{queue}", "qw_services.worker", f"--queue={queue}")
-    watch = ScheduleWatch() if scheduler.ingest_schedule() else None
+    live = LiveLine()
+    watch = ScheduleWatch(live.say) if scheduler.ingest_schedule() else None
     if watch is not None:
         supervisor.add("scheduler", "qw_services.scheduler")
     try:
         db.wait_for_schema(timeout=60, stop=stopping)
         if app != DEMO_APP:
-            return _serve_app(supervisor, stopping, app, queues, watch, exit_when_done=exit_when_done, timeout=timeout)
-        return _run_demo(supervisor, stopping, queues, watch, jobs=jobs, exit_when_done=exit_when_done, timeout=timeout)
+            return _serve_app(supervisor, stopping, app, queues, watch, live, exit_when_done=exit_when_done, timeout=timeout)
+        return _run_demo(supervisor, stopping, queues, watch, live, jobs=jobs, exit_when_done=exit_when_done, timeout=timeout)
     finally:
+        live.end()
         print(f"qw dev: stopping workers{', scheduler' if watch is not None else ''} and orchestrator", flush=True)
         supervisor.stop_all()
         db.close_pools()
@@ -180,9 +198,16 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
             server._cleanup()  # stop now rather than at interpreter exit
 
 
+def _log_level(given: str | None, verbose: bool) -> str:
+    """-v: the log, a line per job (DEBUG stays DEBUG); else QW_LOG_LEVEL, default warnings only, as the live line shows the rest."""
+    if verbose:
+        return "DEBUG" if (given or "").upper() == "DEBUG" else "INFO"
+    return given or "WARNING"
+
+
 def _serve_app(
     supervisor: Supervisor, stopping: threading.Event, app: str, queues: list[str], watch: ScheduleWatch | None,
-    *, exit_when_done: bool, timeout: float,
+    live: LiveLine, *, exit_when_done: bool, timeout: float,
 ) -> int:
     """Serve the app's own queues; with --exit-when-done, stop once nothing is left to run."""
     print(f"qw dev: serving {app} on {', '.join(queues)}; Ctrl-C stops everything", flush=True)
@@ -191,22 +216,29 @@ def _serve_app(
         supervisor.check()
         if watch is not None:
             watch.poll()
+        data = status_data()
+        live.show(_app_summary(data))
         if exit_when_done:
-            data = status_data()
             pending = sum(c["queued"] + c["running"] + c["scheduled"] for family in ("node", "ingest") for c in data[family].values())
             if pending == 0:
-                print("qw dev: nothing left to run", flush=True)
+                live.say("qw dev: nothing left to run")
                 return 0
             if time.monotonic() - started > timeout:
-                print(f"qw dev: {pending} job(s) still pending after {timeout:.0f}s", flush=True)
+                live.say(f"qw dev: {pending} job(s) still pending after {timeout:.0f}s")
                 return 1
         stopping.wait(1.0)
     return 0
 
 
+def _app_summary(data: dict[str, Any]) -> str:
+    counts = [c for family in ("node", "ingest") for c in data[family].values()]
+    total = {key: sum(c[key] for c in counts) for key in ("scheduled", "queued", "running", "completed", "failed")}
+    return "qw dev: " + ", ".join(f"{key} {n}" for key, n in total.items()) + f"; {len(data['workers'])} workers"
+
+
 def _run_demo(
     supervisor: Supervisor, stopping: threading.Event, queues: list[str], watch: ScheduleWatch | None,
-    *, jobs: int, exit_when_done: bool, timeout: float,
+    live: LiveLine, *, jobs: int, exit_when_done: bool, timeout: float,
 ) -> int:
     """Enqueue the demo's jobs, show them completing, then keep serving (or stop when asked to)."""
     import qw_demo
@@ -229,20 +261,17 @@ def _run_demo(
         totals = _demo_totals(job_ids)
         done = totals["completed"] + totals["failed"]
         if not finished:
-            print(
-                f"qw dev: {done}/{total} done  (queued {totals['queued']}, running {totals['running']}, "
-                f"completed {totals['completed']}, failed {totals['failed']})",
-                flush=True,
-            )
+            live.show(f"qw dev: {done}/{total} done  (queued {totals['queued']}, running {totals['running']}, "
+                      f"completed {totals['completed']}, failed {totals['failed']})")
         if done == total and not finished:
             finished = True
-            print(f"qw dev: demo finished in {time.monotonic() - started:.1f}s:", flush=True)
+            live.say(f"qw dev: demo finished in {time.monotonic() - started:.1f}s:")
             data = status_data()  # counts per family, plus ages and workers the table does not show
             print_table(status_table({"node": data["node"], "ingest": data["ingest"]}))
             if exit_when_done:
                 break
         if not finished and time.monotonic() - started > timeout:
-            print(f"qw dev: demo did not finish within {timeout:.0f}s", flush=True)
+            live.say(f"qw dev: demo did not finish within {timeout:.0f}s")
             return 1
         stopping.wait(1.0)
     return 0 if finished or stopping.is_set() else 1

@@ -1,7 +1,7 @@
 """The operator's `qw` subcommands: workers, jobs, one job, cancel, retry, worker on|off.
 
 Exit codes scripts can rely on: 0 done; 1 the database failed; 2 bad input or configuration;
-3 no such job, or the job is not in a state that allows the action.
+3 no such job, or the job is not in a state that allows the action; 141 the reader of stdout closed early (`| head`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from queue_workflows.errors import UnknownQueueError
 from .tables import age, print_table
 
 EXIT_NOT_FOUND = 3
-COMMANDS = ("jobs", "job", "cancel", "retry", "worker", "workers", "runs", "run", "restart", "input")
+COMMANDS = ("jobs", "job", "cancel", "retry", "workers", "runs", "run", "restart", "input")  # `worker` runs control.commands.run_switch
 
 
 def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -65,16 +65,12 @@ def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     given.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker", parents=parents, help="turn one (host, queue) worker on or off")
     worker.add_argument("switch", choices=("on", "off"))
-    worker.add_argument("--queue", required=True)
-    worker.add_argument("--host", default=None, help="default: this host's QW_HOST_LABEL")
-    worker.add_argument("--policy", choices=worker_control.POLICIES, default="hard")
-    worker.add_argument("--reason", default=None)
-    worker.add_argument("--json", action="store_true")
+    worker_control.add_switch_options(worker)  # the engine owns the action: queue-worker-control runs the same code
 
 
-def run(args: argparse.Namespace, host_label: str) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
-        return _run(args, host_label)
+        return _run(args)
     except admin.JobNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
@@ -83,7 +79,7 @@ def run(args: argparse.Namespace, host_label: str) -> int:
         return 2
 
 
-def _run(args: argparse.Namespace, host_label: str) -> int:
+def _run(args: argparse.Namespace) -> int:
     if args.command == "workers":
         return _show(admin.worker_list(), args.json, workers_table)
     if args.command == "jobs":
@@ -126,17 +122,7 @@ def _run(args: argparse.Namespace, host_label: str) -> int:
             raise InvalidPayloadError(f"--value is not JSON: {exc}") from None
         return _run_action(lambda: {"run_id": args.run_id, "submission": submit_input(args.run_id, args.node, value, requested_by=_operator())},
                            args.json, "input submitted")
-    if args.command == "retry":
-        return _one(admin.retry_job(args.ref), args.json, "queued again")
-    return _switch(args, host_label)
-
-
-def _switch(args: argparse.Namespace, host_label: str) -> int:
-    row = worker_control.switch_from_shell(args.switch, args.queue, args.host, default_host=host_label, policy=args.policy, reason=args.reason)
-    if args.json:
-        return _dump(row)
-    print(worker_control.describe(row))
-    return 0
+    return _one(admin.retry_job(args.ref), args.json, "queued again")
 
 
 def _run_id(ref: str) -> int:

@@ -24,46 +24,56 @@ from collections.abc import Sequence
 from typing import Any
 
 from queue_workflows.ops import admin
-from queue_workflows import app_loader, node_queue
+from queue_workflows import app_loader, db, node_queue
 from queue_workflows.control.api import POLICIES, check_switch, desired_state_for, disable_worker, enable_worker, list_controls
 
-__all__ = ["desired_state_for", "disable_worker", "enable_worker", "list_controls", "main", "switch_from_shell"]
+__all__ = ["add_switch_options", "desired_state_for", "disable_worker", "enable_worker", "list_controls", "main", "run_switch", "switch_from_shell"]
 
 log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = app_loader.ToolParser(prog="queue-worker-control", description="Turn one (host, queue) worker OFF or ON.")
-    parser.add_argument("--queue", required=True, help="cpu, gpu, or a configured ingest queue")
-    parser.add_argument("--host", default=None, help="the worker's host label (default: this host's QW_HOST_LABEL)")
     state = parser.add_mutually_exclusive_group(required=True)
     state.add_argument("--off", action="store_true", help="turn the worker OFF")
     state.add_argument("--on", action="store_true", help="turn the worker back ON")
-    parser.add_argument("--policy", choices=POLICIES, default="hard",
-                        help="with --off: hard = requeue the running job and exit (default); park = finish it first")
-    parser.add_argument("--reason", default=None, help="a note kept with the switch")
-    parser.add_argument("--json", action="store_true", help="print the resulting row as JSON")
+    add_switch_options(parser)
     parser.add_argument("--app", default=None, help="application module imported first; its configure() applies (default: QW_APP)")
     return parser
 
 
+def add_switch_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `queue-worker-control` and `qw worker on|off`, defined once so they cannot drift."""
+    parser.add_argument("--queue", required=True, help="cpu, gpu, or a configured ingest queue")
+    parser.add_argument("--host", default=None, help="the worker's host label (default: this host's QW_HOST_LABEL)")
+    parser.add_argument("--policy", choices=POLICIES, default="hard",
+                        help="with off: hard = requeue the running job and exit (default); park = finish it first")
+    parser.add_argument("--reason", default=None, help="a note kept with the switch")
+    parser.add_argument("--json", action="store_true", help="print the resulting row as JSON")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return app_loader.run_tool(lambda: _switch(args))
+    return run_switch("off" if args.off else "on", args)
 
 
-def _switch(args: argparse.Namespace) -> int:
+def run_switch(state: str, args: argparse.Namespace) -> int:
+    """The action behind both commands, from parsed `add_switch_options` (and `--app`) to exit code:
+    0 done, 1 the database failed, 2 bad input or configuration (one `error:` line, nothing written)."""
+    return app_loader.run_tool(lambda: _switch(state, args))
+
+
+def _switch(state: str, args: argparse.Namespace) -> int:
     settings = app_loader.load_app(args.app).config.settings  # the app's configure() decides the database
-    row = switch_from_shell("off" if args.off else "on", args.queue, args.host, default_host=settings.host_label,
-                            policy=args.policy, reason=args.reason)
-    print(json.dumps(row, default=str, sort_keys=True) if args.json else describe(row))
+    row = switch_from_shell(state, args.queue, args.host, default_host=settings.host_label, policy=args.policy, reason=args.reason)
+    print(json.dumps(row, indent=2, sort_keys=True, default=str) if args.json else describe(row))
     return 0
 
 
 def switch_from_shell(state: str, queue: str, host: str | None, *, default_host: str, policy: str = "hard",
                       reason: str | None = None) -> dict[str, Any]:
-    """What `queue-worker-control` and `qw worker on|off` do: check every argument, warn on stderr
-    when no worker has that host label, then write the switch; returns the row.
+    """Check every argument, then the database and its schema, warn on stderr when no worker has
+    that host label, then write the switch; returns the row.
 
     `host=None` means this host (`default_host`); an empty or invalid one is refused, never
     taken for this host.
@@ -73,6 +83,7 @@ def switch_from_shell(state: str, queue: str, host: str | None, *, default_host:
         node_queue.check_ingest_queue(queue)
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     check_switch(host, queue, policy, requested_by=who, reason=reason)
+    db.check_database()  # arguments first: bad input is exit 2 whether or not the database answers
     if not any(w["host_label"] == host for w in admin.worker_list()):
         print(f"warning: no worker on host {host!r} has a heartbeat row; is the host label right? (the switch is kept for when it starts)",
               file=sys.stderr)
