@@ -1,11 +1,15 @@
 """Three hosts as an operator deploys them: the head (README.md's compose block) and two remote
-boxes (deploy/README.md's "Adding a host" block, a CPU box and an NVIDIA box in CPU fallback),
+boxes (deploy/README.md's "Adding a host" block, run as written with its `# per host` values: a
+CPU box with logins of its own, "A host's own credentials", and an NVIDIA box in CPU fallback),
 each a compose project of its own on a network of its own, reaching the head only through its
 published Postgres port, by the name its certificate holds, over TLS verify-full.
 
 The remote projects resolve the head's name to the Docker host (`extra_hosts: host-gateway`), as
-a LAN's DNS would resolve head.lan: that override file, the CPU-fallback one and the project
-names and metrics ports (three stacks share one machine) are all the test adds.
+a LAN's DNS would resolve head.lan: that override file, the CPU-fallback one, the project names
+and metrics ports (three stacks share one machine) and the CPU box's two login names are all the
+test adds. On one machine Docker masquerades a remote host's connections to the head network's
+gateway address, so Postgres's pg_hba sees them as local (a real LAN keeps their address and
+they meet its `hostssl` line): TLS here is the clients' own verify-full, checked in pg_stat_ssl.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def _lan_override(repo: Path, head_name: str) -> str:
 
 
 def _join(head: Host, label: str, tmp: Path) -> Host:
-    role, extra = REMOTES[label]
+    _, extra = REMOTES[label]
     repo = copy_of_the_repository(tmp / label)
     # The operator's copies from the head: its CA and the two passwords every host shares.
     (repo / "deploy" / "ca").mkdir(parents=True, exist_ok=True)
@@ -168,7 +172,7 @@ def test_the_remote_hosts_reach_the_head_only_over_tls(hosts):
 
 
 def test_work_spreads_over_every_host_and_each_sidecar_reports(hosts):
-    head, remotes, url = hosts
+    _, remotes, url = hosts
     ids = _enqueue(url, 60, "spread")
     found = _finished(url, ids)
     counts = _by_host(found)
@@ -184,7 +188,7 @@ def test_work_spreads_over_every_host_and_each_sidecar_reports(hosts):
 
 
 def test_a_remote_worker_switched_off_from_the_head_claims_nothing_until_on(hosts):
-    head, remotes, url = hosts
+    head, _, url = hosts
     state = "SELECT state FROM worker_heartbeats WHERE host_label = 'cpu1' AND queue = 'fetch'"
     started = time.monotonic()
     head.compose("exec", "-T", "orchestrator", "qw", "worker", "off", "--queue", "fetch", "--host", "cpu1", "--policy", "park")
