@@ -193,9 +193,13 @@ def test_a_remote_worker_switched_off_from_the_head_claims_nothing_until_on(host
     started = time.monotonic()
     head.compose("exec", "-T", "orchestrator", "qw", "worker", "off", "--queue", "fetch", "--host", "cpu1", "--policy", "park")
     issued = time.monotonic() - started
+    since_written = ("SELECT extract(epoch FROM now() - updated_at) AS s FROM worker_controls "
+                     "WHERE host_label = 'cpu1' AND queue = 'fetch' AND desired_state = 'off'")
     wait_until(lambda: {r["state"] for r in rows(url, state)} == {"parked"}, timeout=30, interval=0.05, what="cpu1's fetch worker to park")
+    effect = float(rows(url, since_written)[0]["s"])  # on Postgres's clock: the switch's commit to the parked beat seen
     parked = time.monotonic() - started
-    print(f"\nqw worker off (in the head's orchestrator): {issued:.2f}s; cpu1's worker parked {parked:.2f}s after the command began")
+    print(f"\nqw worker off (docker compose exec in the head's orchestrator): {issued:.2f}s; cpu1's worker seen parked "
+          f"{effect:.2f}s after the switch was written ({parked:.2f}s after the command began)")
     counts = _by_host(_finished(url, _enqueue(url, 30, "off")))
     assert "cpu1" not in counts and {"head", "gpu-nv1"} <= set(counts), counts
 
