@@ -1,7 +1,7 @@
 """The operator's documents run as written: README.md's compose block sets up the head (the
 session's `operator_head`, in a copy of the repository), then every ```sh block of
 deploy/README.md runs on it in document order (secrets, a host's own logins, TLS, the upgrade,
-your own application, the air-gapped wheelhouse). "Adding a host" runs on two more copies in
+your own application, a backup, the air-gapped wheelhouse). "Adding a host" runs on two more copies in
 test_multi_host.py. What each block promises is checked after it; the last test takes the head
 down and finds nothing left."""
 
@@ -39,7 +39,7 @@ def test_every_block_is_run_by_some_test():
     headings = [b.heading for b in shell_blocks()]
     for heading, where in RUN_ELSEWHERE.items():
         assert headings.count(heading) == 1, f"{where} runs the one sh block under {heading!r}; found {headings.count(heading)}"
-    assert {"Secrets", "TLS", "Upgrades", "Your own application", "Air-gapped builds"} <= {b.heading for b in _blocks_here()}
+    assert {"Secrets", "TLS", "Upgrades", "Your own application", "Backups", "Air-gapped builds"} <= {b.heading for b in _blocks_here()}
 
 
 def test_the_readme_head_is_up_leading_and_its_secrets_are_private(operator_head):
@@ -97,13 +97,22 @@ def _after_app(head: Host) -> None:
     head.compose("exec", "-T", "cpu-worker", "python", "-c", "import os, qw_example_app; assert os.environ['QW_APP'] == 'qw_example_app'")
 
 
+def _after_backup(head: Host) -> None:
+    [dump] = head.repo.glob("qw-*.dump")
+    with dump.open("rb") as archive:
+        listed = subprocess.run(["docker", "compose", "exec", "-T", "postgres", "pg_restore", "-l"], cwd=head.repo, env=head.env,
+                                stdin=archive, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "TABLE public ingest_jobs" in listed.stdout, listed.stdout[-2000:] + listed.stderr[-2000:]
+
+
 def _after_wheelhouse(head: Host) -> None:
     wheels = {w.name.split("-")[0].lower() for w in (head.repo / "docker" / "wheelhouse").glob("*.whl")}
     assert {"psycopg", "itsdangerous", "setuptools", "wheel"} <= wheels and "queue_workflows" not in wheels, sorted(wheels)
 
 
 CHECKS = {"Secrets": [_after_secrets], "A host's own credentials": [_after_host_roles], "TLS": [_after_tls, _after_reload],
-          "Upgrades": [_after_upgrade], "Your own application": [_after_app], "Air-gapped builds": [_after_wheelhouse]}
+          "Upgrades": [_after_upgrade], "Your own application": [_after_app], "Backups": [_after_backup],
+          "Air-gapped builds": [_after_wheelhouse]}
 
 
 @pytest.mark.parametrize("block", _blocks_here(), ids=lambda b: f"{b.heading}:{b.line}")
