@@ -118,10 +118,10 @@ class Host:
         return ran
 
     def down(self) -> None:
-        if (self.repo / ".env").exists() or (self.repo / "compose.yaml").exists():
-            if self.compose("ps", "-a", "-q", check=False).stdout.strip():
-                print(self.compose("logs", "--no-color", "--tail", "30", check=False).stdout[-4000:])
-            self.compose("down", "-v", "--remove-orphans", "--timeout", "10", check=False)
+        """Its last log lines (what a failure needs), then `down -v`; a second call finds nothing to do."""
+        if self.compose("ps", "-a", "-q", check=False).stdout.strip():
+            print(self.compose("logs", "--no-color", "--tail", "30", check=False).stdout[-4000:])
+        self.compose("down", "-v", "--remove-orphans", "--timeout", "10", check=False)
 
     def left_over(self) -> list[str]:
         return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={self.env['COMPOSE_PROJECT_NAME']}"],
