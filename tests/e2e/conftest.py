@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import ROOT, engine_problem
+from operator_docs import Host, clean_env, copy_of_the_repository, shell_blocks
 
 E2E_DIR = Path(__file__).resolve().parent
 SECRET_FILES = ("postgres_password", "orchestrator_db_password", "scheduler_db_password", "dashboard_db_password",
@@ -124,3 +125,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         print(running.logs()[-6000:])
         running.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
+
+
+@pytest.fixture(scope="session")
+def operator_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    """A head set up by README.md's compose block, run as written in a copy of the repository.
+
+    Shared by test_multi_host.py (the hosts join it) and test_readme_stack.py (deploy/README's
+    blocks run on it; its last test takes it down). Only what differs between stacks on one
+    machine is set, in the shell (which overrides .env): the project, and free published ports.
+    """
+    problem = engine_problem()
+    if problem:
+        pytest.skip(problem)
+    [block] = [b for b in shell_blocks() if b.doc == "README.md"]
+    head = Host("head", copy_of_the_repository(tmp_path_factory.mktemp("head") / "repo"), clean_env(
+        COMPOSE_PROJECT_NAME=f"qwe2ehead{uuid.uuid4().hex[:6]}",
+        QW_DB_PUBLISH=f"0.0.0.0:{_free_port()}",
+        QW_METRICS_PUBLISH="127.0.0.1:",
+        QW_DASHBOARD_PUBLISH="127.0.0.1:",
+    ))
+    try:
+        head.readme = head.run(block.code, "up", timeout=900)  # type: ignore[attr-defined]
+        print(f"\nhead up (README.md's compose block, {block.where}): {head.seconds['up']:.1f}s")
+        yield head
+    finally:
+        head.down()
