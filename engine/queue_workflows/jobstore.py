@@ -140,10 +140,13 @@ def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[
     return [row["worker_id"] for row in rows]
 
 
+COUNTED_STATUSES = tuple(s.value for s in (JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.COMPLETED, JobStatus.FAILED))
+
+
 def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, Any]]:
     """Per queue: job counts by status, live workers, and the age of the oldest queued job (None: none queued)."""
     counts: dict[str, dict[str, Any]] = {
-        q: {"scheduled": 0, "queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0, "oldest_queued_s": None}
+        q: {**dict.fromkeys(COUNTED_STATUSES, 0), "workers": 0, "oldest_queued_s": None}
         for q in sorted(queues)
     }
     for row in conn.execute(queries.query("queue_counts", table)):

@@ -17,9 +17,10 @@ from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueW
 from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from queue_workflows.payloads import check_text, shown
 from queue_workflows.queries import JobTable
+from queue_workflows.jobrow import JobStatus
 
 FAMILIES: dict[str, JobTable] = {"ingest": INGEST_TABLE, "node": NODE_TABLE}
-STATUSES = ("scheduled", "queued", "running", "awaiting_input", "completed", "failed", "cancelled", "skipped")
+STATUSES = tuple(s.value for s in JobStatus)
 _REF_RE = re.compile(r"^(?:(ingest|node):)?([1-9][0-9]{0,18})$")
 
 
