@@ -44,6 +44,16 @@ def test_the_status_enum_is_the_set_the_schema_allows(conn):
     assert {s for s in JobStatus if s.terminal} == {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SKIPPED}
 
 
+USAGE = {"cpu_seconds", "peak_rss_bytes", "peak_vram_bytes", "model_load_seconds", "model_hit", "wall_seconds"}  # written as the job ends
+
+
+@pytest.mark.parametrize("row_type", [IngestJob, NodeJob])
+def test_a_row_type_has_a_field_for_every_column_a_claim_returns(conn, row_type):
+    columns = {r["column_name"] for r in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = %s", (row_type.table,))}
+    assert {f.name for f in dataclasses.fields(row_type)} == columns - USAGE
+
+
 def test_every_claim_hands_the_worker_a_frozen_typed_row(database_url):
     register_ingest_task("noop", lambda reason: None)
     ingest = node_queue.enqueue_ingest_job("noop", "fetch", {"n": 1}, reason="rows")["id"]

@@ -45,9 +45,11 @@ class JobRow:
     max_attempts: int
     error: str | None = None
     claimed_by: str | None = None
+    claim_lock_key: int | None = None
     lease_expires_at: datetime | None = None
     run_after: datetime | None = None
     created_at: datetime | None = None
+    updated_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
     watchdog_trips: int = 0
@@ -57,7 +59,7 @@ class JobRow:
 
     @classmethod
     def from_row(cls: type[R], row: Mapping[str, Any]) -> R:
-        """Build from a database row (extra columns, such as the usage figures, are left out); a missing column is an error."""
+        """Build from a database row (the usage figures, written when the job ends, are left out); a missing column is an error."""
         known = {f.name for f in fields(cls)}
         required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
         missing = sorted(required - row.keys())

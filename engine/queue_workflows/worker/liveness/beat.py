@@ -60,6 +60,7 @@ class LivenessBeat(threading.Thread):
         self.config = config
         self.url = url
         self.session = session
+        # Read as plain attributes by the beat's loop; a test may still swap `exit_fn` on a built beat.
         self.worker_id, self.host_label, self.queue = config.worker_id, config.host_label, config.queue
         self.lease_seconds, self.renew_seconds, self.heartbeat_seconds = config.lease_seconds, config.renew_seconds, config.heartbeat_seconds
         self.check_seconds, self.lease_margin, self.memory_check_seconds = config.check_seconds, config.lease_margin, config.memory_check_seconds
