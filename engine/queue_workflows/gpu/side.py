@@ -10,8 +10,8 @@ from typing import Any
 
 from queue_workflows import queries
 from queue_workflows.gpu import registry
-from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
 from queue_workflows.jobrow import NodeJob
+from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
 
 log = logging.getLogger(__name__)
 

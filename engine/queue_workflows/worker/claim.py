@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 
 from queue_workflows import app_loader, config, db, jobstore, node_queue, queries
-from queue_workflows.dag import execute
-from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.worker import exits, progress
 from queue_workflows.common.backoff import retry_delay
+from queue_workflows.dag import execute
+from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.worker.executor import Outcome, run_ingest_job, run_node_job
 from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
 from queue_workflows.gpu.side import GpuSide

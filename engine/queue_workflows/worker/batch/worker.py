@@ -30,7 +30,7 @@ from queue_workflows import db, jobstore, queries
 from queue_workflows.common.backoff import retry_delay
 from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.errors import ConfigError
-from queue_workflows.jobrow import Job, JobStatus, job_from_row
+from queue_workflows.jobrow import JobStatus, job_from_row
 from queue_workflows.worker.executor import Outcome
 from queue_workflows.worker.liveness.watchdogs import budget_for
 from queue_workflows.payloads import clean_text
@@ -38,7 +38,7 @@ from queue_workflows.queries import JobTable
 from queue_workflows.common.text import first_line
 from queue_workflows.worker.batch.ledger import BatchLedger
 from queue_workflows.worker.batch.progress import ProgressWriter
-from queue_workflows.worker.batch.runner import BatchRunner, Mode, Ran
+from queue_workflows.worker.batch.runner import BatchRunner, Job, Mode
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class BatchWorker(ClaimWorker):
     def _budget(self, job: Job) -> float:
         return budget_for(job, self.settings)
 
-    def _run_batch(self, jobs: list[Job]) -> list[Ran | None]:
+    def _run_batch(self, jobs: list[Job]) -> list[tuple[Job, Outcome] | None]:
         self._batch, self._job = jobs, jobs[0]
         self._ledger = BatchLedger(jobs, self._outcome_statements, self._charge_statement)
         if not self.progress.is_alive():
@@ -191,7 +191,7 @@ class BatchWorker(ClaimWorker):
             self._store_alone(conn, job, outcome)
         ledger.recorded(progress)
 
-    def _store_batch(self, conn: Any, jobs: list[Job], ran: list[Ran | None]) -> list[Job]:
+    def _store_batch(self, conn: Any, jobs: list[Job], ran: list[tuple[Job, Outcome] | None]) -> list[Job]:
         """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job.
 
         The beat keeps the batch until this commits: a trip meanwhile stores the same outcomes
@@ -263,7 +263,7 @@ class BatchWorker(ClaimWorker):
             except Exception:  # noqa: BLE001 - left running without a renewer: its lease returns it
                 log.exception("job %s: not even its failure could be stored; its lease will return it", job.id)
 
-    def _report_batch(self, ran: list[Ran | None]) -> None:
+    def _report_batch(self, ran: list[tuple[Job, Outcome] | None]) -> None:
         for started, outcome in filter(None, ran):
             if outcome.status == JobStatus.FAILED:
                 last = (outcome.error or "").strip().splitlines()[-1:] or [""]
