@@ -36,7 +36,7 @@ class CountingBatchWorker(BatchWorker):
         self.batches: list[list[int]] = []
 
     def _run_batch(self, jobs):
-        self.batches.append([j["id"] for j in jobs])
+        self.batches.append([j.id for j in jobs])
         return super()._run_batch(jobs)
 
 

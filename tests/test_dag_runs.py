@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows.worker import executor
+from queue_workflows import testing
 from queue_workflows import node_queue
 from queue_workflows.dag import Workflow, WorkflowValidationError
 from queue_workflows.dag.outbox import DispatchDrain
@@ -25,7 +25,7 @@ def nodes(url, run_id):
 def finish(url, conn, run_id, name, delta=None):
     """Stand in for a worker: run the node's job in process and store its outcome."""
     job = nodes(url, run_id)[name]
-    outcome = executor.run_node_job(job)
+    outcome = testing.run_node_row(job)
     if outcome.status == "completed":
         node_queue.mark_completed(job["id"], outcome.result.obj if delta is None else delta, conn=conn)
     else:
@@ -90,10 +90,10 @@ def test_late_reference_is_resolved_by_the_worker(database_url, conn):
     finish(database_url, conn, run_id, "gate")
     b = nodes(database_url, run_id)["b"]
     assert b["input_refs"] == {"seen": {"$from": "a.echo.v"}} and b["inputs"] == {"now": {}}
-    failed = executor.run_node_job(b)  # 'a' has not run yet: the node fails, naming input and path
+    failed = testing.run_node_row(b)  # 'a' has not run yet: the node fails, naming input and path
     assert failed.status == "failed" and "input 'seen' of node 'b'" in (failed.error or "") and "'a.echo.v'" in (failed.error or "")
     finish(database_url, conn, run_id, "a")
-    assert executor.run_node_job(b).result.obj == {"echo": {"seen": 1, "now": {}}}
+    assert testing.run_node_row(b).result.obj == {"echo": {"seen": 1, "now": {}}}
 
 
 def test_invoke_context_finalize_applies_only_on_success(database_url, conn):
@@ -109,8 +109,8 @@ def test_invoke_context_finalize_applies_only_on_success(database_url, conn):
 
     queue_workflows.set_invoke_context(ctx)
     run_id = queue_workflows.start_run(Workflow("ctx").node("ok", f"{N}:echo").node("bad", f"{N}:boom"), {})
-    ok = executor.run_node_job(nodes(database_url, run_id)["ok"])
-    bad = executor.run_node_job(nodes(database_url, run_id)["bad"])
+    ok = testing.run_node_row(nodes(database_url, run_id)["ok"])
+    bad = testing.run_node_row(nodes(database_url, run_id)["bad"])
     assert ok.result.obj == {"echo": {}, "_mocked": True}
     assert bad.status == "failed" and "RuntimeError: boom" in (bad.error or "")
     assert seen == [("enter", "ok", "ctx"), ("exit", "ok"), ("enter", "bad", "ctx"), ("exit", "bad")]
@@ -119,9 +119,9 @@ def test_invoke_context_finalize_applies_only_on_success(database_url, conn):
 def test_node_module_package_and_resolver_hooks_at_execution(database_url):
     queue_workflows.set_node_module_package("qw_dag")  # "qw_dag.qw_dag_nodes" does not exist: falls back
     run_id = queue_workflows.start_run(Workflow("pkg").node("a", f"{N}:run", inputs={"value": 3}), {})
-    assert executor.run_node_job(nodes(database_url, run_id)["a"]).result.obj == {"value": 3}
+    assert testing.run_node_row(nodes(database_url, run_id)["a"]).result.obj == {"value": 3}
     queue_workflows.set_node_resolver(lambda call: (lambda **kw: {"resolved": call, **kw}))
-    assert executor.run_node_job(nodes(database_url, run_id)["a"]).result.obj == {"resolved": f"{N}:run", "value": 3}
+    assert testing.run_node_row(nodes(database_url, run_id)["a"]).result.obj == {"resolved": f"{N}:run", "value": 3}
 
 
 def test_workflow_provider_by_name(database_url):

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows.worker import executor
+from queue_workflows import testing
 from queue_workflows import node_queue
 from queue_workflows.dag import RunStateError, Workflow, cancel_run, reconcile_runs, restart_run, run_cancelled
 from queue_workflows.dag.control import running_node
@@ -38,7 +38,7 @@ def claim(conn, run_id, name):
 def finish(url, conn, run_id, name):
     """Stand in for a worker: run the node in process, store its outcome, drain the outbox."""
     job = rows(url, run_id)[name]
-    outcome = executor.run_node_job(job)
+    outcome = testing.run_node_row(job)
     if outcome.status == "completed":
         node_queue.mark_completed(job["id"], outcome.result.obj, conn=conn)
     else:
@@ -108,9 +108,9 @@ def test_no_path_requeues_a_node_of_a_cancelled_or_failed_run(database_url, conn
 def test_the_cooperative_flag_inside_a_node(database_url, conn):
     run_id = queue_workflows.start_run(Workflow("flag").node("w", f"{C}:watch_cancel", inputs={"limit": 0.2}), {})
     job = rows(database_url, run_id)["w"]
-    assert executor.run_node_job(job).result.obj["saw_cancel"] is False
+    assert testing.run_node_row(job).result.obj["saw_cancel"] is False
     cancel_run(run_id)
-    assert executor.run_node_job(job).result.obj["saw_cancel"] is True
+    assert testing.run_node_row(job).result.obj["saw_cancel"] is True
     with running_node(None):
         assert queue_workflows.dag.cancelled() is False  # outside a DAG node: never cancelled
 

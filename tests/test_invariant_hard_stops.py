@@ -225,7 +225,7 @@ def test_a_hard_stop_waits_for_a_finished_jobs_commit_and_no_watchdog_fires_for_
     w = InProcess(database_url)
     try:
         job = w.worker.session.run(w.worker._claim_and_start)
-        assert job is not None and job["id"] == first
+        assert job is not None and job.id == first
         w.worker.beat.job_returned()  # its code returned: an outcome is on its way to the commit
         w.worker.beat.trip_current_job(Trip(exits.EXIT_BUDGET, "budget spent just as it returned"))
         assert w.exits == [], "a watchdog never fires for a job whose code has returned"
@@ -248,7 +248,7 @@ def test_a_hard_stop_during_a_claim_hands_the_claimed_job_back_uncharged(databas
         with w.worker.beat.committing():  # the claim is in flight when the stop arrives
             w.hard_off()
             job = w.worker.session.run(w.worker._claim_and_start)
-            assert job is not None and job["id"] == claimed and w.exits == []
+            assert job is not None and job.id == claimed and w.exits == []
         wait_until(lambda: w.exits, timeout=10, what="the hard stop after the claim")
         assert w.exits[0][0] == exits.EXIT_HARD_STOP and f"job {claimed}" in w.exits[0][1], w.exits
         assert _row(database_url, claimed) == {"status": "queued", "attempts": 0, "claimed_by": None}

@@ -12,6 +12,7 @@ import qw_test_app
 from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
 from queue_workflows.worker import exits
 from queue_workflows import node_queue, register_ingest_task
+from queue_workflows.jobrow import IngestJob, NodeJob
 from queue_workflows.worker.liveness.watchdogs import JobWatch, budget_for
 from queue_workflows.settings import Settings
 
@@ -59,10 +60,16 @@ def test_the_stall_watchdog_is_inert_until_the_first_beat_then_trips_on_silence(
 
 def test_budget_for_each_kind_of_job():
     settings = Settings(ingest_default_budget_s=100, node_default_budget_s=200, video_budget_s=50, video_model_ids="wan,sdxl-video")
-    assert budget_for({"task_name": "t", "queue": "fetch"}, settings) == 100
-    assert budget_for({"node_name": "n", "required_model": None}, settings) == 200
-    assert budget_for({"node_name": "n", "required_model": "llama"}, settings) == 200
-    assert budget_for({"node_name": "n", "required_model": "wan"}, settings) == 50
+    row = {"id": 1, "status": "running", "priority": 0, "attempts": 1, "max_attempts": 3}
+    assert budget_for(IngestJob.from_row({**row, "queue": "fetch", "task_name": "t", "args": {}, "reason": "r"}), settings) == 100
+
+    def node(**kw):
+        return NodeJob.from_row({**row, "queue": "gpu", "node_name": "n", "inputs": {}, **kw})
+
+    assert budget_for(node(required_model=None), settings) == 200
+    assert budget_for(node(required_model="llama"), settings) == 200
+    assert budget_for(node(required_model="wan"), settings) == 50
+    assert budget_for(node(required_model="wan", budget_seconds=7.5), settings) == 7.5  # a DAG node's own budget first
 
 
 # -- real worker processes ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from psycopg.rows import dict_row
 
 import queue_workflows
-from queue_workflows.worker import executor
+from queue_workflows import testing
 from queue_workflows import node_queue
 from queue_workflows.dag import Workflow, WorkflowValidationError
 from queue_workflows.errors import ConfigError
@@ -159,8 +159,8 @@ def test_registered_callables_run_outside_the_allowed_packages(myapp, database_u
         Workflow("reg").node("d", elsewhere, inputs={"x": 2}).node("t", "triple", inputs={"x": 2}), {}
     )
     rows = {r["node_name"]: r for r in query(database_url, "SELECT * FROM workflow_node_jobs WHERE run_id = %s", (run_id,))}
-    assert executor.run_node_job(rows["d"]).result.obj == {"doubled": 4}
-    assert executor.run_node_job(rows["t"]).result.obj == {"tripled": 6}
+    assert testing.run_node_row(rows["d"]).result.obj == {"doubled": 4}
+    assert testing.run_node_row(rows["t"]).result.obj == {"tripled": 6}
     with pytest.raises(WorkflowValidationError, match="'tests_elsewhere:double' is not allowed"):
         queue_workflows.start_run(Workflow("other").node("d", "tests_elsewhere:double"), {})
 

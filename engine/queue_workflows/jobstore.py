@@ -9,6 +9,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from queue_workflows import db, queries
+from queue_workflows.jobrow import JobStatus
 from queue_workflows.queries import JobTable
 
 # Advisory-lock namespace (first int4 key) for worker sessions; the second key is the worker's lock_key.
@@ -66,8 +67,8 @@ def claim_statement(
 def mark_statement(
     table: JobTable, outcome: str, job_id: int, *, result: Any = None, error: str | None = None, worker_id: str | None = None
 ) -> Statement:
-    """`outcome` is 'completed' or 'failed'; the row comes back None when already terminal (or no longer ours)."""
-    if outcome not in ("completed", "failed"):
+    """`outcome` is completed or failed; the row comes back None when already terminal (or no longer ours)."""
+    if outcome not in (JobStatus.COMPLETED, JobStatus.FAILED):
         raise ValueError(f"terminal outcome must be 'completed' or 'failed', not {outcome!r}")
     params = {"job_id": job_id, "worker_id": worker_id, "result": result, "error": error}
     return queries.query(f"mark_{outcome}", table), params
@@ -139,10 +140,13 @@ def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[
     return [row["worker_id"] for row in rows]
 
 
+COUNTED_STATUSES = tuple(s.value for s in (JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.COMPLETED, JobStatus.FAILED))
+
+
 def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stale_after_seconds: float) -> dict[str, dict[str, Any]]:
     """Per queue: job counts by status, live workers, and the age of the oldest queued job (None: none queued)."""
     counts: dict[str, dict[str, Any]] = {
-        q: {"scheduled": 0, "queued": 0, "running": 0, "completed": 0, "failed": 0, "workers": 0, "oldest_queued_s": None}
+        q: {**dict.fromkeys(COUNTED_STATUSES, 0), "workers": 0, "oldest_queued_s": None}
         for q in sorted(queues)
     }
     for row in conn.execute(queries.query("queue_counts", table)):

@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 
 from queue_workflows import callables, config, db, jobstore, queries, tasks
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
+from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
 from queue_workflows.payloads import check_text, clean_text, json_object, shown
 from queue_workflows.queries import JobTable
@@ -294,20 +295,20 @@ def _result(value: Any, what: str) -> Any:
 def mark_completed(job_id: int, context_delta: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
     """Complete a node job; None when it is already terminal (or, with `worker_id`, no longer that worker's)."""
     payload = _result(context_delta, "context_delta")
-    return jobstore.mark(NODE_TABLE, "completed", job_id, result=payload, worker_id=worker_id, conn=conn)
+    return jobstore.mark(NODE_TABLE, JobStatus.COMPLETED, job_id, result=payload, worker_id=worker_id, conn=conn)
 
 
 def mark_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
-    return jobstore.mark(NODE_TABLE, "failed", job_id, error=clean_text(str(error)), worker_id=worker_id, conn=conn)
+    return jobstore.mark(NODE_TABLE, JobStatus.FAILED, job_id, error=clean_text(str(error)), worker_id=worker_id, conn=conn)
 
 
 def mark_ingest_completed(job_id: int, result: dict[str, Any] | None = None, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
     payload = _result(result, "result")
-    return jobstore.mark(INGEST_TABLE, "completed", job_id, result=payload, worker_id=worker_id, conn=conn)
+    return jobstore.mark(INGEST_TABLE, JobStatus.COMPLETED, job_id, result=payload, worker_id=worker_id, conn=conn)
 
 
 def mark_ingest_failed(job_id: int, error: str, *, worker_id: str | None = None, conn: db.Conn | None = None) -> Row | None:
-    return jobstore.mark(INGEST_TABLE, "failed", job_id, error=clean_text(str(error)), worker_id=worker_id, conn=conn)
+    return jobstore.mark(INGEST_TABLE, JobStatus.FAILED, job_id, error=clean_text(str(error)), worker_id=worker_id, conn=conn)
 
 
 def _snapshot(table: str, queues: frozenset[str]) -> dict[str, Any]:

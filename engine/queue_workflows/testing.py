@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import conninfo, sql
 
+from queue_workflows.dag.execute import load_context
+from queue_workflows.jobrow import NodeJob
 from queue_workflows.worker.claim import ClaimWorker
+from queue_workflows.worker.executor import Outcome, run_node_job
 
 T = TypeVar("T")
 
@@ -55,3 +58,9 @@ def run_until_empty(queue: str) -> int:
         return worker.drain()
     finally:
         worker.session.close()
+
+
+def run_node_row(row: Mapping[str, Any]) -> Outcome:
+    """Run a `workflow_node_jobs` row's code in process as a worker would (its run read first), storing nothing."""
+    job = NodeJob.from_row(row)
+    return run_node_job(job, load_context(job))

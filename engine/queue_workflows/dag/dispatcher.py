@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from queue_workflows.dag.definition import Node, Workflow
 from queue_workflows.dag.validate import topological_order
+from queue_workflows.jobrow import JobStatus
 
-DONE = frozenset({"completed", "skipped"})
-BROKEN = frozenset({"failed", "cancelled"})
-NOT_STARTED = frozenset({"scheduled", "queued", "awaiting_input"})
+DONE = frozenset({JobStatus.COMPLETED, JobStatus.SKIPPED})
+BROKEN = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
+NOT_STARTED = frozenset({JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.AWAITING_INPUT})
 
 
 @dataclass
@@ -77,9 +78,9 @@ def _decide(step: Step, node: Node, states: dict[str, str], should_skip: Callabl
     dep_states = [states.get(d) for d in node.deps]
     if not all(s in DONE for s in dep_states):
         return None
-    cascade = bool(node.deps) and all(s == "skipped" for s in dep_states)
-    decided = "skipped" if cascade or (node.skip_if is not None and should_skip(node, states)) else "queued"
-    (step.skip if decided == "skipped" else step.enqueue).append(node.id)
+    cascade = bool(node.deps) and all(s == JobStatus.SKIPPED for s in dep_states)
+    decided = JobStatus.SKIPPED if cascade or (node.skip_if is not None and should_skip(node, states)) else JobStatus.QUEUED
+    (step.skip if decided == JobStatus.SKIPPED else step.enqueue).append(node.id)
     states[node.id] = decided
     return decided
 

@@ -28,6 +28,7 @@ from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.payloads import check_id, json_object, shown
 from queue_workflows.dag import audit, store
 from queue_workflows.dag.control import write_cursor
+from queue_workflows.jobrow import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _check_awaited(cur: Any, run: dict[str, Any] | None, run_id: int, node_name:
         raise InputNotAwaitedError(f"run {run_id} is {run['status']}: it takes no input")
     node = cur.execute(store.q("dag_node_state"), {"run_id": run_id, "node_name": node_name}).fetchone()
     status = node["status"] if node else "pending (not reached yet)"
-    if status != "awaiting_input":
+    if status != JobStatus.AWAITING_INPUT:
         raise InputNotAwaitedError(f"node {node_name!r} of run {run_id} is {status}, not awaiting input")
 
 

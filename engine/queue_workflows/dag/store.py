@@ -24,6 +24,7 @@ from queue_workflows.queries import parse_named_queries
 from queue_workflows.dag import dispatcher, hooks, refs
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.dag.validate import topological_order, validate
+from queue_workflows.jobrow import JobStatus
 
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
 
@@ -75,7 +76,7 @@ def start_run(
 
 def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) -> refs.Scope:
     """References see the run's context and the outputs of its completed nodes, in completion order."""
-    outputs = {r["node_name"]: r["context_delta"] or {} for r in rows if r["status"] == "completed"}
+    outputs = {r["node_name"]: r["context_delta"] or {} for r in rows if r["status"] == JobStatus.COMPLETED}
     return refs.Scope(context=run["context"] or {}, outputs=outputs, node_ids=frozenset(wf.by_id()))
 
 
@@ -158,11 +159,11 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
 def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope_of: Callable[[str], refs.Scope]) -> None:
     nodes = wf.by_id()
     params = []
-    for node_id, status in [(n, "queued") for n in step.enqueue] + [(n, "skipped") for n in step.skip]:
+    for node_id, status in [(n, JobStatus.QUEUED) for n in step.enqueue] + [(n, JobStatus.SKIPPED) for n in step.skip]:
         node = nodes[node_id]
-        if status == "queued" and node.is_input:
-            status = "awaiting_input"  # an input step waits for submit_input, no worker claims it
-        inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != "skipped" else ({}, {})
+        if status == JobStatus.QUEUED and node.is_input:
+            status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
+        inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != JobStatus.SKIPPED else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
             "status": status, "priority": run["priority"], "required_model": node.model,

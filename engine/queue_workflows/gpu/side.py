@@ -10,6 +10,7 @@ from typing import Any
 
 from queue_workflows import queries
 from queue_workflows.gpu import registry
+from queue_workflows.jobrow import NodeJob
 from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -88,12 +89,12 @@ class GpuSide:
     def may_claim(self) -> bool:
         return self.refusal is None
 
-    def acquire(self, job: dict[str, Any]) -> Acquired | None:
+    def acquire(self, job: NodeJob) -> Acquired | None:
         """The loaded model for the job (loading it on a miss); None when the job names no registered model.
 
         Raises ModelLoadError when the loader fails: the job fails (and retries) like any error.
         """
-        model_id = job.get("required_model")
+        model_id = job.required_model
         if not model_id:
             return None
         try:

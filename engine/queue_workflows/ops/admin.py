@@ -14,12 +14,13 @@ from psycopg.rows import dict_row
 from queue_workflows import config, db, queries
 from queue_workflows.leader import leadership
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
+from queue_workflows.jobrow import JobStatus
 from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from queue_workflows.payloads import check_text, shown
 from queue_workflows.queries import JobTable
 
 FAMILIES: dict[str, JobTable] = {"ingest": INGEST_TABLE, "node": NODE_TABLE}
-STATUSES = ("scheduled", "queued", "running", "awaiting_input", "completed", "failed", "cancelled", "skipped")
+STATUSES = tuple(s.value for s in JobStatus)
 _REF_RE = re.compile(r"^(?:(ingest|node):)?([1-9][0-9]{0,18})$")
 
 

@@ -20,6 +20,7 @@ from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from queue_workflows.payloads import check_text, shown
 from queue_workflows.queries import parse_named_queries
 from queue_workflows.telemetry.store import loaded_models
+from queue_workflows.jobrow import JobStatus
 
 __all__ = ["empty_throughput", "run_graph", "search_jobs", "throughput", "worker_overview"]
 
@@ -71,7 +72,7 @@ def throughput(conn: db.Conn | None = None) -> dict[str, dict[str, Any]]:
         for row in _rows(conn, "overview_throughput", {}, table):
             entry = out.setdefault(row["queue"], empty_throughput())
             minute, n = min(max(int(row["minutes_ago"]), 0), THROUGHPUT_MINUTES - 1), int(row["n"])
-            if row["status"] == "failed":
+            if row["status"] == JobStatus.FAILED:
                 entry["failed_15m"] += n
                 continue
             entry["completed_15m"] += n

@@ -16,8 +16,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from queue_workflows.telemetry.state import MetricsState
 from queue_workflows.telemetry.store import QueueFigures
+from queue_workflows.jobrow import JobStatus
 
-DEPTH_STATUSES = ("queued", "running", "scheduled")
+DEPTH_STATUSES = tuple(s.value for s in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SCHEDULED))
 # What finished jobs cost (queue_workflows.worker.usage), summed since this sidecar started.
 COST_METRICS = {
     "cpu_seconds": "CPU seconds the finished jobs' processes spent on them",

@@ -19,6 +19,8 @@ import psycopg
 from queue_workflows import app_loader, config, db, jobstore, node_queue, queries
 from queue_workflows.worker import exits, progress
 from queue_workflows.common.backoff import retry_delay
+from queue_workflows.dag import execute
+from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.worker.executor import Outcome, run_ingest_job, run_node_job
 from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
 from queue_workflows.gpu.side import GpuSide
@@ -27,7 +29,7 @@ from queue_workflows.control import WorkerSwitch
 from queue_workflows.control.api import control_for
 from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.throttle import Marks, Throttle
-from queue_workflows.worker.liveness import LivenessBeat
+from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
 from queue_workflows.payloads import clean_text
@@ -70,22 +72,11 @@ class ClaimWorker:
         self.watch = JobWatch(stall_seconds=self.settings.stall_timeout_seconds)
         self.throttle = Throttle(Marks.from_settings(self.settings))
         self.beat = LivenessBeat(
-            url=self.url,
-            worker_id=self.worker_id,
-            host_label=self.settings.host_label,
-            queue=queue,
-            session=self.session,
-            lease_seconds=self.settings.lease_seconds,
-            renew_seconds=self.settings.lease_renew_seconds,
-            heartbeat_seconds=self.settings.heartbeat_seconds,
-            switch=self.switch,
-            watch=self.watch,
-            max_trips=self.settings.watchdog_max_trips,
-            throttle=self.throttle,
-            memory_check_seconds=self.settings.memory_check_seconds,
+            BeatConfig.from_settings(self.settings, worker_id=self.worker_id, queue=queue),
+            url=self.url, session=self.session, switch=self.switch, watch=self.watch, throttle=self.throttle,
         )
         self.beat.health = HealthStamp(self.settings.health_file)
-        self._job: dict[str, Any] | None = None
+        self._job: Job | None = None
         self._grace_timer: threading.Timer | None = None
         self.gpu = GpuSide(self.settings) if queue == "gpu" else None
         # A gpu worker picks jobs by the models it holds, so every idle one must see every job.
@@ -155,8 +146,8 @@ class ClaimWorker:
         self.beat.stopping()
         job = self._job
         if job is not None and self._grace_timer is None:
-            log.info("stop requested; letting job %s finish (up to %.0fs)", job["id"], self.settings.shutdown_grace_seconds)
-            self._grace_timer = threading.Timer(self.settings.shutdown_grace_seconds, self._abandon, args=(job["id"],))
+            log.info("stop requested; letting job %s finish (up to %.0fs)", job.id, self.settings.shutdown_grace_seconds)
+            self._grace_timer = threading.Timer(self.settings.shutdown_grace_seconds, self._abandon, args=(job.id,))
             self._grace_timer.daemon = True
             self._grace_timer.start()
 
@@ -165,7 +156,7 @@ class ClaimWorker:
         fence = self.beat.fence  # a commit in flight decides first whether the job still runs; a stuck one does not
         with fence.deciding(fence.wait_seconds) as fenced:
             job = self._job
-            if job is None or job["id"] != job_id or (fenced and self.beat.job_returned_uncommitted):
+            if job is None or job.id != job_id or (fenced and self.beat.job_returned_uncommitted):
                 return  # finished: the main thread stores its outcome, then stops
             self.beat.job_finished()  # the release below revokes the job: that must not read as a takeover
             try:
@@ -225,13 +216,13 @@ class ClaimWorker:
         return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model,
                                            loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
 
-    def _claim_once(self, conn: Any) -> dict[str, Any] | None:
+    def _claim_once(self, conn: Any) -> Job | None:
         statements = self._claim_statements()
         if len(statements) == 1:
-            return jobstore.fetch_one(conn, statements[0])
-        return db.one_round_trip(conn, statements)[-1].fetchone()
+            return claimed(jobstore.fetch_one(conn, statements[0]))
+        return claimed(db.one_round_trip(conn, statements)[-1].fetchone())
 
-    def _claim(self, conn: Any) -> dict[str, Any] | None:
+    def _claim(self, conn: Any) -> Job | None:
         job = self._claim_once(conn)
         if job is None and jobstore.promote_due(conn, self.table, self.queue):
             job = self._claim_once(conn)
@@ -241,19 +232,18 @@ class ClaimWorker:
             self.baton.release(conn)  # busy now: the next idle worker in line listens
         return job
 
-    def _claim_and_start(self, conn: Any) -> dict[str, Any] | None:
+    def _claim_and_start(self, conn: Any) -> Job | None:
         with self.beat.committing():  # a trip sees the claimed job as running from its commit on
             if (job := self._claim(conn)) is not None:
                 self._started(job)
             return job
 
-    def _started(self, job: dict[str, Any]) -> None:
+    def _started(self, job: Job) -> None:
         """The claimed job is running from here: its lease is renewed and its watchdogs armed."""
         self._job = job
-        budget = job.get("budget_seconds") or budget_for(job, self.settings)  # a DAG node may set its own
-        self.beat.job_started(self.table, job["id"], budget)
+        self.beat.job_started(self.table, job.id, budget_for(job, self.settings))
 
-    def _execute(self, job: dict[str, Any]) -> tuple[Outcome, float]:
+    def _execute(self, job: Job) -> tuple[Outcome, float]:
         started = time.monotonic()
         self.meter.start()
         outcome, acquired = self._run_job(job)
@@ -261,23 +251,25 @@ class ClaimWorker:
         self.jobs_done += 1
         return outcome, time.monotonic() - started
 
-    def _run_job(self, job: dict[str, Any]) -> tuple[Outcome, Acquired | None]:
-        """The job's code, with its model loaded first on a gpu worker."""
+    def _run_job(self, job: Job) -> tuple[Outcome, Acquired | None]:
+        """The job's code, with its model loaded first on a gpu worker, and a DAG node's run read before (the executor reads nothing)."""
+        if isinstance(job, IngestJob):
+            return run_ingest_job(job), None
         if self.gpu is None:
-            return (run_node_job(job) if self.is_node_queue else run_ingest_job(job)), None
+            return run_node_job(job, execute.load_context(job, url=self.url)), None
         try:
             acquired = self.gpu.acquire(job)
         except ModelLoadError as exc:
-            return Outcome("failed", error=str(exc)), None
+            return Outcome(JobStatus.FAILED, error=str(exc)), None
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
         if acquired is not None and not acquired.hit:
             self.beat.models_changed()
         with using(acquired.model if acquired else None):
-            return run_node_job(job), acquired
+            return run_node_job(job, execute.load_context(job, url=self.url)), acquired
 
     def _store_outcome(
-        self, conn: Any, job: dict[str, Any], outcome: Outcome
-    ) -> tuple[dict[str, Any] | None, float | None, dict[str, Any] | None]:
+        self, conn: Any, job: Job, outcome: Outcome
+    ) -> tuple[jobstore.Row | None, float | None, Job | None]:
         """`_finish_and_claim`; when the outcome itself is refused, store that refusal as the failure.
 
         Nothing here may end the worker: if even the refusal cannot be stored, the job is left
@@ -289,21 +281,21 @@ class ClaimWorker:
             except psycopg.OperationalError:
                 raise  # the session reconnects and tries again
             except Exception as exc:  # noqa: BLE001 - a refused outcome must not kill the worker
-                log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job["id"], first_line(exc))
-                refused = Outcome("failed", error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"))
+                log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job.id, first_line(exc))
+                refused = Outcome(JobStatus.FAILED, error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"))
             try:
                 return self._finish_and_claim(conn, job, refused)
             except psycopg.OperationalError:
                 raise
             except Exception:  # noqa: BLE001
-                log.exception("job %s: not even its failure could be stored; its lease will return it to the queue", job["id"])
+                log.exception("job %s: not even its failure could be stored; its lease will return it to the queue", job.id)
                 self._job = None
                 self.beat.job_finished()
                 return None, None, None
 
     def _finish_and_claim(
-        self, conn: Any, job: dict[str, Any], outcome: Outcome
-    ) -> tuple[dict[str, Any] | None, float | None, dict[str, Any] | None]:
+        self, conn: Any, job: Job, outcome: Outcome
+    ) -> tuple[jobstore.Row | None, float | None, Job | None]:
         """Store the outcome and claim the next job in one transaction, sent as one pipeline.
 
         A failure with attempts left is requeued after a backoff; the guarded mark after it
@@ -312,16 +304,16 @@ class ClaimWorker:
         statements = []
         usage, self._usage = self._usage, None
         if usage is not None:  # what the job cost, stamped while the row is still running and ours
-            statements.append(usage.statement(self.table, job["id"], self.worker_id))
+            statements.append(usage.statement(self.table, job.id, self.worker_id))
         retry_in = None
         if outcome.gpu_error == "oom":  # not the task's fault: requeue uncharged, up to the watchdog cap
             error = f"GPU out of memory (requeued, no attempt charged): {outcome.error}"
-            statements.append(jobstore.watchdog_trip_statement(self.table, job["id"], self.worker_id, error=error, max_trips=self.settings.watchdog_max_trips))
-        elif outcome.status == "failed" and job["attempts"] < job["max_attempts"]:
-            retry_in = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            statements.append(jobstore.retry_statement(self.table, job["id"], self.worker_id, error=outcome.error or "", delay_seconds=retry_in))
+            statements.append(jobstore.watchdog_trip_statement(self.table, job.id, self.worker_id, error=error, max_trips=self.settings.watchdog_max_trips))
+        elif outcome.status == JobStatus.FAILED and job.attempts < job.max_attempts:
+            retry_in = retry_delay(job.attempts, base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
+            statements.append(jobstore.retry_statement(self.table, job.id, self.worker_id, error=outcome.error or "", delay_seconds=retry_in))
         if outcome.gpu_error != "oom":
-            mark = jobstore.mark_statement(self.table, outcome.status, job["id"], result=outcome.result, error=outcome.error, worker_id=self.worker_id)
+            mark = jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, error=outcome.error, worker_id=self.worker_id)
             statements.append(mark)
         claim = self._claim_statements() if self._may_claim() else []
         statements.extend(claim)
@@ -329,22 +321,22 @@ class ClaimWorker:
         rows = [cursor.fetchone() for cursor in cursors[1 if usage is not None else 0:len(cursors) - len(claim)]]
         self._job = None
         self.beat.job_finished()  # a revocation our own commit caused lapses behind the fence
-        next_job = cursors[-1].fetchone() if claim else None
+        next_job = claimed(cursors[-1].fetchone()) if claim else None
         if next_job is not None:
             self._started(next_job)
         retried = rows[0] if retry_in is not None else None
         return retried or rows[-1], (retry_in if retried else None), next_job
 
-    def _report(self, job: dict[str, Any], outcome: Outcome, marked: Any, retry_in: float | None, elapsed: float) -> None:
+    def _report(self, job: Job, outcome: Outcome, marked: Any, retry_in: float | None, elapsed: float) -> None:
         if marked is None:
-            log.warning("job %s finished after %.3fs but was no longer ours; result discarded", job["id"], elapsed)
+            log.warning("job %s finished after %.3fs but was no longer ours; result discarded", job.id, elapsed)
         elif outcome.gpu_error == "oom":
-            log.warning("job %s: GPU out of memory after %.3fs; now %s (watchdog trip %s)", job["id"], elapsed, marked["status"], marked["watchdog_trips"])
-        elif outcome.status == "failed":
+            log.warning("job %s: GPU out of memory after %.3fs; now %s (watchdog trip %s)", job.id, elapsed, marked["status"], marked["watchdog_trips"])
+        elif outcome.status == JobStatus.FAILED:
             last_line = (outcome.error or "").strip().splitlines()[-1:] or [""]
             then = f"retry in {retry_in:.1f}s" if retry_in is not None else "no attempts left"
-            log.warning("job %s attempt %s failed after %.3fs (%s): %s", job["id"], job["attempts"], elapsed, then, last_line[0])
+            log.warning("job %s attempt %s failed after %.3fs (%s): %s", job.id, job.attempts, elapsed, then, last_line[0])
         elif log.isEnabledFor(logging.INFO):
-            log.info("job %s completed in %.3fs", job["id"], elapsed)
+            log.info("job %s completed in %.3fs", job.id, elapsed)
 
 __all__ = ["ClaimWorker", "ready_channel"]

@@ -1,4 +1,4 @@
-"""Run one claimed job's code and say how it ended; no database access here."""
+"""Run one claimed job's code and say how it ended; no database access here (a DAG node's run is loaded before)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ import logging
 import traceback
 from dataclasses import dataclass
 from collections.abc import Awaitable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from queue_workflows import callables, config, tasks
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.gpu.errors import GpuErrorKind, classify
+from queue_workflows.jobrow import IngestJob, JobStatus, NodeJob
 from queue_workflows.payloads import clean_text, json_object
+
+if TYPE_CHECKING:
+    from queue_workflows.dag.execute import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +26,7 @@ _MAX_ERROR_CHARS = 4000
 
 @dataclass(frozen=True)
 class Outcome:
-    status: Literal["completed", "failed"]
+    status: Literal[JobStatus.COMPLETED, JobStatus.FAILED]
     result: Any = None
     error: str | None = None
     gpu_error: GpuErrorKind | None = None  # a transient GPU error: requeued, not charged to the task
@@ -37,7 +41,7 @@ def _failure(exc: BaseException) -> Outcome:
             text = "".join(traceback.format_exception(exc)).strip()  # ends "SystemExit: 0", "KeyboardInterrupt", ...
     except BaseException:  # noqa: BLE001 - a __str__ that raises must not take the worker down either
         text = f"{type(exc).__qualname__} (its message could not be formatted)"
-    return Outcome("failed", error=clean_text(text)[-_MAX_ERROR_CHARS:], gpu_error=classify(exc))
+    return Outcome(JobStatus.FAILED, error=clean_text(text)[-_MAX_ERROR_CHARS:], gpu_error=classify(exc))
 
 
 def _checked_result(value: Any, what: str) -> Any:
@@ -46,26 +50,26 @@ def _checked_result(value: Any, what: str) -> Any:
     return json_object(value, what=f"{what} result", max_bytes=config.current().settings.max_payload_bytes, allow_none=True)
 
 
-def run_ingest_job(job: dict[str, Any]) -> Outcome:
+def run_ingest_job(job: IngestJob) -> Outcome:
     """Call the job's task; an `async def` task is run to completion on an event loop of its own."""
     try:
-        task = tasks.get_ingest_task(job["task_name"])
-        value = task(job["reason"], dict(job["args"] or {}))
+        task = tasks.get_ingest_task(job.task_name)
+        value = task(job.reason, dict(job.args or {}))
         if inspect.isawaitable(value):
             value = asyncio.run(_awaited(value))
-        return Outcome("completed", result=_checked_result(value, f"task {task.name!r}"))
+        return Outcome(JobStatus.COMPLETED, result=_checked_result(value, f"task {task.name!r}"))
     except BaseException as exc:  # noqa: BLE001 - SystemExit & co. from task code too; signals never raise here
         return _failure(exc)
 
 
-async def run_ingest_job_async(job: dict[str, Any]) -> Outcome:
+async def run_ingest_job_async(job: IngestJob) -> Outcome:
     """The same on the caller's event loop, so a batch of `async def` tasks runs concurrently."""
     try:
-        task = tasks.get_ingest_task(job["task_name"])
-        value = task(job["reason"], dict(job["args"] or {}))
+        task = tasks.get_ingest_task(job.task_name)
+        value = task(job.reason, dict(job.args or {}))
         if inspect.isawaitable(value):
             value = await value
-        return Outcome("completed", result=_checked_result(value, f"task {task.name!r}"))
+        return Outcome(JobStatus.COMPLETED, result=_checked_result(value, f"task {task.name!r}"))
     except BaseException as exc:  # noqa: BLE001
         return _failure(exc)
 
@@ -74,16 +78,19 @@ async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
 
 
-def run_node_job(job: dict[str, Any]) -> Outcome:
-    """Call the node's (allowed) callable; its dict return is the context delta."""
+def run_node_job(job: NodeJob, context: RunContext | None = None) -> Outcome:
+    """Call the node's (allowed) callable; its dict return is the context delta.
+
+    A DAG node that reads its run gets it as `context` (`dag.execute.load_context`, called by the worker).
+    """
     try:
-        if job.get("input_refs") is not None:  # a node of a DAG run: its callable, inputs by name
+        if job.input_refs is not None:  # a node of a DAG run: its callable, inputs by name
             from queue_workflows.dag.execute import invoke
 
-            value = invoke(job)
+            value = invoke(job, context)
         else:
-            run = callables.plain_node_callable(job["node_module"] or job["node_name"])  # refused before any import
-            value = run(dict(job["inputs"] or {}))
-        return Outcome("completed", result=_checked_result(value, f"node {job['node_name']!r}"))
+            run = callables.plain_node_callable(job.node_module or job.node_name)  # refused before any import
+            value = run(dict(job.inputs or {}))
+        return Outcome(JobStatus.COMPLETED, result=_checked_result(value, f"node {job.node_name!r}"))
     except BaseException as exc:  # noqa: BLE001 - as in run_ingest_job
         return _failure(exc)

@@ -12,12 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
+from queue_workflows.jobrow import Job, JobStatus
 from queue_workflows.worker.executor import Outcome
 from queue_workflows.jobstore import Statement
 
-Job = dict[str, Any]
 Finished = list[tuple[Job, Outcome]]
 
 
@@ -36,7 +34,7 @@ class BatchLedger:
     def __init__(self, jobs: Sequence[Job], outcome_statements: Callable[[list[Job], list[Outcome | None]], list[Statement]],
                  charge_statement: Callable[[list[int]], Statement]) -> None:
         self._lock = threading.Lock()
-        self._order = [job["id"] for job in jobs]
+        self._order = [job.id for job in jobs]
         self._unstarted = set(self._order)
         self._running: dict[int, float] = {}  # when each started (monotonic)
         self._charged: set[int] = set()  # started, and known so to the database
@@ -65,9 +63,9 @@ class BatchLedger:
 
     def finish(self, job: Job, outcome: Outcome) -> None:
         with self._lock:
-            self._running.pop(job["id"], None)
-            if job["id"] not in self._gone:
-                self._finished[job["id"]] = (job, outcome)
+            self._running.pop(job.id, None)
+            if job.id not in self._gone:
+                self._finished[job.id] = (job, outcome)
 
     def charged_and_finished(self, *, or_charging: bool = False) -> bool:
         """Whether a row on record (or, with `or_charging`, being put on record) as running has finished unrecorded."""
@@ -96,12 +94,12 @@ class BatchLedger:
                 return
             self._charged.update(progress.uncharged)
             for job, _ in progress.finished:
-                self._finished.pop(job["id"], None)
-                self._gone.add(job["id"])
+                self._finished.pop(job.id, None)
+                self._gone.add(job.id)
 
     def statements(self, progress: Progress) -> list[Statement]:
         """Charge the started rows first (a failure's retry-or-fail decision counts that attempt); a success charges itself."""
-        succeeded = {job["id"] for job, outcome in progress.finished if outcome.status == "completed"}
+        succeeded = {job.id for job, outcome in progress.finished if outcome.status == JobStatus.COMPLETED}
         charge = [i for i in progress.uncharged if i not in succeeded]
         statements = [self._charge_statement(charge)] if charge else []
         if progress.finished:

@@ -1,8 +1,9 @@
 """Running a claimed batch: one after another, on a small thread pool, or on an event loop.
 
 A runner only calls the job code (through the executor) and collects outcomes in claim order;
-it never touches the database itself. `start(job)` comes first for each job, and a job it
-refuses does not run; `finish(job, outcome)` comes as each job returns.
+it never touches the database itself (a DAG node's run aside, read before its executor runs).
+`start(job)` comes first for each job and returns the row as started (its attempt charged),
+or None to refuse it; `finish(started, outcome)` comes as each job returns.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Literal
 
+from queue_workflows.dag.execute import load_context
+from queue_workflows.jobrow import IngestJob, Job
 from queue_workflows.worker.executor import Outcome, run_ingest_job, run_ingest_job_async, run_node_job
 
 Mode = Literal["sequential", "threads", "async"]
 MODES: tuple[Mode, ...] = ("sequential", "threads", "async")
-Job = dict[str, Any]
-Start = Callable[[Job], bool]
+Start = Callable[[Job], Job | None]
 Finish = Callable[[Job, Outcome], None]
+Ran = tuple[Job, Outcome]  # the row as it started, and how it ended
 
 
 class BatchRunner:
@@ -36,40 +39,41 @@ class BatchRunner:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="qw-batch") if mode == "threads" else None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def run(self, jobs: Sequence[Job], *, start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
-        """Each job's outcome, in order; None for a job not started (`stop` was set first, or `start` refused it)."""
+    def run(self, jobs: Sequence[Job], *, start: Start, finish: Finish, stop: threading.Event) -> list[Ran | None]:
+        """Each job as it started and its outcome, in order; None for a job not started (`stop` was set first, or `start` refused it)."""
         if self.mode == "threads":
             return self._threads(jobs, start, finish, stop)
         if self.mode == "async":
             return self._async(jobs, start, finish, stop)
         return [self._one(job, start, finish, stop) for job in jobs]
 
-    def _one(self, job: Job, start: Start, finish: Finish, stop: threading.Event) -> Outcome | None:
-        if stop.is_set() or not start(job):
+    def _one(self, job: Job, start: Start, finish: Finish, stop: threading.Event) -> Ran | None:
+        if stop.is_set() or (started := start(job)) is None:
             return None
-        outcome = run_node_job(job) if self.node_jobs else run_ingest_job(job)
-        finish(job, outcome)
-        return outcome
+        outcome = run_ingest_job(started) if isinstance(started, IngestJob) else run_node_job(started, load_context(started))
+        finish(started, outcome)
+        return started, outcome
 
-    def _threads(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
+    def _threads(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Ran | None]:
         assert self._pool is not None
         return list(self._pool.map(lambda job: self._one(job, start, finish, stop), jobs))
 
-    def _async(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
+    def _async(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Ran | None]:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(self._gather(jobs, start, finish, stop))
 
-    async def _gather(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Outcome | None]:
+    async def _gather(self, jobs: Sequence[Job], start: Start, finish: Finish, stop: threading.Event) -> list[Ran | None]:
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(job: Job) -> Outcome | None:
+        async def one(job: Job) -> Ran | None:
             async with gate:
-                if stop.is_set() or not start(job):  # a start record is one short round trip: it may block the loop
+                if stop.is_set() or (started := start(job)) is None:  # a start record is one short round trip: it may block the loop
                     return None
-                outcome = await run_ingest_job_async(job)
-                finish(job, outcome)
-                return outcome
+                assert isinstance(started, IngestJob)  # async batches are refused for node jobs (__init__)
+                outcome = await run_ingest_job_async(started)
+                finish(started, outcome)
+                return started, outcome
 
         return list(await asyncio.gather(*(one(job) for job in jobs)))
 

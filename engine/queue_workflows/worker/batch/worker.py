@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from dataclasses import replace
 from functools import cache, partial
 from typing import Any
 
@@ -29,6 +30,7 @@ from queue_workflows import db, jobstore, queries
 from queue_workflows.common.backoff import retry_delay
 from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.errors import ConfigError
+from queue_workflows.jobrow import JobStatus, job_from_row
 from queue_workflows.worker.executor import Outcome
 from queue_workflows.worker.liveness.watchdogs import budget_for
 from queue_workflows.payloads import clean_text
@@ -83,7 +85,7 @@ class BatchWorker(ClaimWorker):
         while jobs:
             outcomes = self._run_batch(jobs)
             ran += sum(o is not None for o in outcomes)
-            jobs = self.session.run(partial(self._store_batch, jobs=jobs, outcomes=outcomes))
+            jobs = self.session.run(partial(self._store_batch, jobs=jobs, ran=outcomes))
         return ran
 
     def _limit(self) -> int:
@@ -98,20 +100,20 @@ class BatchWorker(ClaimWorker):
 
     def _claim_batch(self, conn: Any) -> list[Job]:
         with conn.cursor(row_factory=dict_row) as cur:
-            jobs = cur.execute(*self._claim_statement_batch()).fetchall()
-            if not jobs and jobstore.promote_due(conn, self.table, self.queue):
-                jobs = cur.execute(*self._claim_statement_batch()).fetchall()
-        return jobs
+            rows = cur.execute(*self._claim_statement_batch()).fetchall()
+            if not rows and jobstore.promote_due(conn, self.table, self.queue):
+                rows = cur.execute(*self._claim_statement_batch()).fetchall()
+        return [job_from_row(row) for row in rows]
 
     def _budget(self, job: Job) -> float:
-        return float(job.get("budget_seconds") or budget_for(job, self.settings))
+        return budget_for(job, self.settings)
 
-    def _run_batch(self, jobs: list[Job]) -> list[Outcome | None]:
+    def _run_batch(self, jobs: list[Job]) -> list[tuple[Job, Outcome] | None]:
         self._batch, self._job = jobs, jobs[0]
         self._ledger = BatchLedger(jobs, self._outcome_statements, self._charge_statement)
         if not self.progress.is_alive():
             self.progress.start()
-        ids = tuple(j["id"] for j in jobs)
+        ids = tuple(j.id for j in jobs)
         if self.runner.mode == "sequential":
             budget = self._budget(jobs[0])  # the watchdogs then follow each job as it starts
         else:  # concurrent: the batch as a whole, at its slowest job's pace
@@ -121,26 +123,29 @@ class BatchWorker(ClaimWorker):
         self.jobs_done += sum(o is not None for o in outcomes)
         return outcomes
 
-    def _start_row(self, job: Job) -> bool:
-        """A row starts: charged by the next progress record, or, if suspect, by its own record before its code runs."""
+    def _start_row(self, job: Job) -> Job | None:
+        """A row starts: charged by the next progress record, or, if suspect, by its own record before its code runs.
+
+        The row as started, with the attempt it is charged (None: it does not run).
+        """
         ledger = self._ledger
         if ledger is None:
-            return False
+            return None
         self._settle(ledger)
-        if not ledger.start(job["id"]):
-            return False
-        if job.get("batch_suspect"):
-            attempts = self.session.run(partial(self._record_start, ledger=ledger, job_id=job["id"]))
+        if not ledger.start(job.id):
+            return None
+        if job.batch_suspect:
+            attempts = self.session.run(partial(self._record_start, ledger=ledger, job_id=job.id))
             if attempts is None:
-                ledger.not_ours(job["id"])
-                return False
-            job["attempts"] = attempts
+                ledger.not_ours(job.id)
+                return None
+            started = replace(job, attempts=attempts)
         else:
-            job["attempts"] += 1  # what its record will charge (claimed rows are uncharged)
+            started = replace(job, attempts=job.attempts + 1)  # what its record will charge (claimed rows are uncharged)
         if self.runner.mode == "sequential":
-            self._job = job
-            self.beat.job_advanced(job["id"], self._budget(job))
-        return True
+            self._job = started
+            self.beat.job_advanced(job.id, self._budget(job))
+        return started
 
     def _row_finished(self, job: Job, outcome: Outcome) -> None:
         if self.runner.mode == "sequential":
@@ -186,7 +191,7 @@ class BatchWorker(ClaimWorker):
             self._store_alone(conn, job, outcome)
         ledger.recorded(progress)
 
-    def _store_batch(self, conn: Any, jobs: list[Job], outcomes: list[Outcome | None]) -> list[Job]:
+    def _store_batch(self, conn: Any, jobs: list[Job], ran: list[tuple[Job, Outcome] | None]) -> list[Job]:
         """The batch's last outcomes and the next claim, one (durable) transaction; a refused write is retried job by job.
 
         The beat keeps the batch until this commits: a trip meanwhile stores the same outcomes
@@ -195,7 +200,7 @@ class BatchWorker(ClaimWorker):
         """
         ledger = self._ledger
         assert ledger is not None
-        unstarted = [j for j, o in zip(jobs, outcomes) if o is None]
+        unstarted = [j for j, r in zip(jobs, ran) if r is None]
         with self._write_lock:
             progress = ledger.progress()
             try:
@@ -204,7 +209,7 @@ class BatchWorker(ClaimWorker):
                 if claim_next:
                     statements.append(self._claim_statement_batch())
                 cursors = db.one_round_trip(conn, statements)
-                next_jobs = list(cursors[-1].fetchall()) if claim_next else []
+                next_jobs = [job_from_row(row) for row in cursors[-1].fetchall()] if claim_next else []
             except psycopg.OperationalError:
                 raise
             except Exception as exc:  # noqa: BLE001 - one bad outcome must not cost the batch or the worker
@@ -216,14 +221,14 @@ class BatchWorker(ClaimWorker):
             ledger.recorded(progress)
         self.beat.job_finished()
         self._batch, self._job, self._ledger = [], None, None
-        self._report_batch(jobs, outcomes)
+        self._report_batch(ran)
         return next_jobs
 
     def _outcome_statements(self, jobs: list[Job], outcomes: list[Outcome | None]) -> list[jobstore.Statement]:
         """Successes in one statement, unstarted rows handed back in one, each failure as retry-or-fail."""
         statements: list[jobstore.Statement] = []
-        done = [(j["id"], o.result) for j, o in zip(jobs, outcomes) if o is not None and o.status == "completed"]
-        unstarted = [j["id"] for j, o in zip(jobs, outcomes) if o is None]
+        done = [(j.id, o.result) for j, o in zip(jobs, outcomes) if o is not None and o.status == JobStatus.COMPLETED]
+        unstarted = [j.id for j, o in zip(jobs, outcomes) if o is None]
         if done:
             ids, results = zip(*done)
             statements.append((queries.query("complete_batch", self.table),
@@ -231,17 +236,17 @@ class BatchWorker(ClaimWorker):
         if unstarted:
             statements.append((queries.query("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
         for job, outcome in zip(jobs, outcomes):
-            if outcome is not None and outcome.status == "failed":
+            if outcome is not None and outcome.status == JobStatus.FAILED:
                 statements.extend(self._failure_statements(job, outcome.error or ""))
         return statements
 
     def _failure_statements(self, job: Job, error: str) -> list[jobstore.Statement]:
         """Retry after a backoff while attempts remain (the mark then matches nothing), else fail."""
         statements = []
-        if job["attempts"] < job["max_attempts"]:
-            delay = retry_delay(job["attempts"], base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            statements.append(jobstore.retry_statement(self.table, job["id"], self.worker_id, error=error, delay_seconds=delay))
-        statements.append(jobstore.mark_statement(self.table, "failed", job["id"], error=error, worker_id=self.worker_id))
+        if job.attempts < job.max_attempts:
+            delay = retry_delay(job.attempts, base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
+            statements.append(jobstore.retry_statement(self.table, job.id, self.worker_id, error=error, delay_seconds=delay))
+        statements.append(jobstore.mark_statement(self.table, JobStatus.FAILED, job.id, error=error, worker_id=self.worker_id))
         return statements
 
     def _store_alone(self, conn: Any, job: Job, outcome: Outcome | None) -> None:
@@ -256,15 +261,15 @@ class BatchWorker(ClaimWorker):
             except psycopg.OperationalError:
                 raise
             except Exception:  # noqa: BLE001 - left running without a renewer: its lease returns it
-                log.exception("job %s: not even its failure could be stored; its lease will return it", job["id"])
+                log.exception("job %s: not even its failure could be stored; its lease will return it", job.id)
 
-    def _report_batch(self, jobs: list[Job], outcomes: list[Outcome | None]) -> None:
-        for job, outcome in zip(jobs, outcomes):
-            if outcome is not None and outcome.status == "failed":
+    def _report_batch(self, ran: list[tuple[Job, Outcome] | None]) -> None:
+        for started, outcome in filter(None, ran):
+            if outcome.status == JobStatus.FAILED:
                 last = (outcome.error or "").strip().splitlines()[-1:] or [""]
-                log.warning("job %s attempt %s failed: %s", job["id"], job["attempts"], last[0])
+                log.warning("job %s attempt %s failed: %s", started.id, started.attempts, last[0])
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("batch of %d stored (%d not started, handed back)", len(jobs), sum(o is None for o in outcomes))
+            log.debug("batch of %d stored (%d not started, handed back)", len(ran), sum(r is None for r in ran))
 
     def _abandon(self, job_id: int) -> None:
         """Grace ran out mid-batch: what finished is stored, the rest goes back uncharged, then the process leaves."""

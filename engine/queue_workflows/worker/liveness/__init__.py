@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from queue_workflows.worker.liveness.beat import LivenessBeat
+from queue_workflows.worker.liveness.config import BeatConfig
 
-__all__ = ["LivenessBeat"]
+__all__ = ["BeatConfig", "LivenessBeat"]

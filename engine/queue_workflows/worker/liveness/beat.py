@@ -27,10 +27,11 @@ from queue_workflows.control.api import control_for
 from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.switch import WorkerSwitch
 from queue_workflows.control.throttle import Throttle, current_probe
-from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN, exit_now
+from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN
 from queue_workflows.queries import JobTable
 from queue_workflows.common.text import first_line
 from queue_workflows.worker.session import WorkerSession, hold_worker_lock
+from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
@@ -46,43 +47,27 @@ CONTROL_CHANNEL = "qw_worker_control"
 class LivenessBeat(threading.Thread):
     def __init__(
         self,
+        config: BeatConfig,
         *,
         url: str,
-        worker_id: str,
-        host_label: str,
-        queue: str,
         session: WorkerSession,
-        lease_seconds: float,
-        renew_seconds: float,
-        heartbeat_seconds: float,
-        check_seconds: float = 0.25,
-        now_fn: Callable[[], float] = time.monotonic,
-        exit_fn: Callable[[int, str], None] = exit_now,
         switch: WorkerSwitch | None = None,
         watch: JobWatch | None = None,
-        max_trips: int = 3,
         throttle: Throttle | None = None,
-        memory_check_seconds: float = 5.0,
     ) -> None:
-        super().__init__(name=f"liveness-{queue}", daemon=True)
+        """`config` says who the beat speaks for and how often; the rest are the worker's parts it shares."""
+        super().__init__(name=f"liveness-{config.queue}", daemon=True)
+        self.config = config
         self.url = url
-        self.worker_id = worker_id
-        self.host_label = host_label
-        self.queue = queue
         self.session = session
-        self.lease_seconds = lease_seconds
-        self.renew_seconds = renew_seconds
-        self.heartbeat_seconds = heartbeat_seconds
-        self.check_seconds = check_seconds
-        # Give up on a lease this long before it would lapse, so nobody else can hold it yet.
-        self.lease_margin = min(2.0, lease_seconds / 10)
-        self.now_fn = now_fn
-        self.exit_fn = exit_fn
-        self.switch = switch or WorkerSwitch(host_label, queue)
-        self.watch = watch or JobWatch(stall_seconds=float("inf"), now_fn=now_fn)
-        self.max_trips = max_trips
+        # Read as plain attributes by the beat's loop; a test may still swap `exit_fn` on a built beat.
+        self.worker_id, self.host_label, self.queue = config.worker_id, config.host_label, config.queue
+        self.lease_seconds, self.renew_seconds, self.heartbeat_seconds = config.lease_seconds, config.renew_seconds, config.heartbeat_seconds
+        self.check_seconds, self.lease_margin, self.memory_check_seconds = config.check_seconds, config.lease_margin, config.memory_check_seconds
+        self.now_fn, self.exit_fn, self.max_trips = config.now_fn, config.exit_fn, config.max_trips
+        self.switch = switch or WorkerSwitch(config.host_label, config.queue)
+        self.watch = watch or JobWatch(stall_seconds=float("inf"), now_fn=config.now_fn)
         self.throttle = throttle
-        self.memory_check_seconds = memory_check_seconds
         self._next_memory_check = 0.0
         self.state = "idle"
         self.backoff = Backoff(initial=0.05, maximum=1.0)

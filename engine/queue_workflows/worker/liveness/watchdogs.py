@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from queue_workflows.jobrow import IngestJob, Job
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_STALLED
 
 
@@ -24,11 +25,13 @@ class Trip:
     reason: str
 
 
-def budget_for(job: dict[str, Any], settings: Any) -> float:
-    """Wall-clock seconds a job may run: per ingest queue, per node, tighter for video models."""
-    if "task_name" in job:
+def budget_for(job: Job, settings: Any) -> float:
+    """Wall-clock seconds a job may run: a DAG node's own budget, else per ingest queue, per node, tighter for video models."""
+    if isinstance(job, IngestJob):
         return float(settings.ingest_default_budget_s)
-    if job.get("required_model") and job["required_model"] in settings.video_model_ids:
+    if job.budget_seconds:
+        return float(job.budget_seconds)
+    if job.required_model and job.required_model in settings.video_model_ids:
         return float(settings.video_budget_s)
     return float(settings.node_default_budget_s)
 
