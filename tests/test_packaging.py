@@ -19,3 +19,18 @@ def test_every_subpackage_is_listed_in_pyproject():
                 parts = init.parent.relative_to(ROOT / rel).parts
                 found.add(".".join((top, *parts)))
     assert found <= listed, f"not shipped in the wheel: {sorted(found - listed)}"
+
+
+def test_every_sql_file_is_package_data():
+    """Named SQL and migrations are read at run time, so a .sql no package-data glob matches breaks the wheel only."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dirs = project["tool"]["setuptools"]["package-dir"]
+    data = project["tool"]["setuptools"]["package-data"]
+    unshipped = []
+    for top, rel in dirs.items():
+        for sql_file in (ROOT / rel).rglob("*.sql"):
+            package_dir = sql_file.parent
+            package = ".".join((top, *package_dir.relative_to(ROOT / rel).parts))
+            if not any(sql_file.relative_to(package_dir).match(glob) for glob in data.get(package, [])):
+                unshipped.append(str(sql_file.relative_to(ROOT)))
+    assert unshipped == [], f"not in the wheel (add the package's '*.sql' to [tool.setuptools.package-data]): {unshipped}"

@@ -211,3 +211,7 @@ UPDATE workflow_input_submissions
        claimed_by = NULL, claimed_at = NULL
  WHERE status = 'processing' AND claimed_at < now() - make_interval(secs => %(stale_seconds)s)
 RETURNING id, status;
+
+-- name: dag_running_nodes
+-- The run's nodes still running after a cancel: their workers hear of it and stop.
+SELECT node_name FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status = 'running' ORDER BY id;
