@@ -113,14 +113,18 @@ RETURNING id;
 
 -- name: promote_due_jobs
 -- Delayed jobs whose time has come become claimable; the requeue trigger wakes workers.
+-- The LIMITed pick is fenced (MATERIALIZED: run once), as in claim_batch.
+WITH due AS MATERIALIZED (
+    SELECT id FROM {table}
+     WHERE status = 'scheduled' AND run_after <= now()
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+     ORDER BY run_after
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
 UPDATE {table} j
    SET status = 'queued', updated_at = now()
-  FROM (SELECT id FROM {table}
-         WHERE status = 'scheduled' AND run_after <= now()
-           AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-         ORDER BY run_after
-         LIMIT %(limit)s
-           FOR UPDATE SKIP LOCKED) due
+  FROM due
  WHERE j.id = due.id
 RETURNING j.id;
 

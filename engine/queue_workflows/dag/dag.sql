@@ -165,10 +165,15 @@ VALUES (%(run_id)s, %(node_name)s, %(value)s)
 RETURNING id;
 
 -- name: dag_claim_submissions
+-- The LIMITed pick is fenced (MATERIALIZED: run once), as in claim_batch.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM workflow_input_submissions
+     WHERE status = 'pending' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
 UPDATE workflow_input_submissions s
    SET status = 'processing', claimed_by = %(listener)s, claimed_at = now(), attempts = s.attempts + 1
- WHERE s.id IN (SELECT id FROM workflow_input_submissions
-                 WHERE status = 'pending' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+  FROM picked
+ WHERE s.id = picked.id
 RETURNING s.*;
 
 -- name: dag_get_submission

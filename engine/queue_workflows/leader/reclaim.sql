@@ -21,7 +21,7 @@ SELECT j.id
 -- A batch row never recorded as started goes back uncharged, flagged batch_suspect: it may
 -- have run (and killed its worker) between two progress records, so next time its start is
 -- recorded before it runs.
-WITH orphans AS (
+WITH orphans AS MATERIALIZED (  -- the rows locked are the rows updated
     SELECT j.id, j.claimed_by
       FROM {table} j
      WHERE j.status = 'running'

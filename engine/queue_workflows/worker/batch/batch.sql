@@ -15,6 +15,15 @@ WITH peers AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM {table} WHERE status = 'queued' AND queue = %(queue)s
              LIMIT %(limit)s::bigint * (SELECT n FROM peers)) AS q
+), picked AS MATERIALIZED (
+    -- Fenced: run once. As `id IN (subquery)` the planner may rescan the LIMITed subquery
+    -- per row, each rescan skipping the rows just claimed, and claim past the limit.
+    SELECT id
+      FROM {table}
+     WHERE status = 'queued' AND queue = %(queue)s
+     ORDER BY {order_by}
+       FOR UPDATE SKIP LOCKED
+     LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int
 ), claimed AS (
     UPDATE {table} AS j
        SET status = 'running',
@@ -23,13 +32,8 @@ WITH peers AS (
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            started_at = NULL,
            updated_at = now()
-     WHERE j.id IN (
-            SELECT id
-              FROM {table}
-             WHERE status = 'queued' AND queue = %(queue)s
-             ORDER BY {order_by}
-               FOR UPDATE SKIP LOCKED
-             LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int)
+      FROM picked
+     WHERE j.id = picked.id
     RETURNING j.*
 )
 SELECT * FROM claimed ORDER BY {order_by};
