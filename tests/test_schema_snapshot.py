@@ -7,8 +7,8 @@ import difflib
 from queue_workflows.ops import schema_dump
 
 
-def test_the_schema_snapshot_equals_the_migrations_applied_to_a_fresh_database(pg_server_url):
-    fresh = schema_dump.dump(pg_server_url)
+def test_the_schema_snapshot_equals_the_migrations_applied_to_a_fresh_database(scratch_database_url):
+    fresh = schema_dump.dump(scratch_database_url)
     written = schema_dump.DEFAULT_OUTPUT.read_text()
     diff = "".join(difflib.unified_diff(written.splitlines(True), fresh.splitlines(True), "docs/schema.sql", "migrations", n=1))
     assert not diff, f"docs/schema.sql is stale: run `python -m queue_workflows.ops.schema_dump`\n{diff[:4000]}"

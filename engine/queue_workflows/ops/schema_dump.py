@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from queue_workflows import db, testing
+from queue_workflows import db
 
 HEADER = (
     "-- The engine's schema as migrations {first:04d}-{last:04d} leave a fresh database (pg_dump --schema-only).\n"
@@ -48,26 +48,22 @@ def migration_range() -> tuple[int, int]:
     return min(versions), max(versions)
 
 
-def dump(server_url: str) -> str:
-    """Migrate a scratch database on `server_url` and return the snapshot text (header included)."""
-    url = testing.create_database(server_url, "qw_schema")
-    try:
-        db.bootstrap(url=url)
-        out = subprocess.run([pg_dump_path(), "--schema-only", "--no-owner", "--dbname", url],
-                             check=True, capture_output=True, text=True).stdout
-    finally:
-        testing.drop_database(server_url, url)
+def dump(url: str) -> str:
+    """Migrate the empty database `url` and return the snapshot text (header included)."""
+    db.bootstrap(url=url)
+    out = subprocess.run([pg_dump_path(), "--schema-only", "--no-owner", "--dbname", url],
+                         check=True, capture_output=True, text=True).stdout
     first, last = migration_range()
     return HEADER.format(first=first, last=last) + "\n" + normalize(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m queue_workflows.ops.schema_dump", description=__doc__)
-    parser.add_argument("--server-url", help="a Postgres server to create a scratch database in (default: an embedded one)")
+    parser.add_argument("--database-url", help="an empty database to migrate and dump (default: a throwaway embedded server)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write (default: docs/schema.sql)")
     args = parser.parse_args(argv)
-    if args.server_url:
-        text = dump(args.server_url)
+    if args.database_url:
+        text = dump(args.database_url)
     else:
         import pgserver
 
