@@ -27,7 +27,7 @@ from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.payloads import check_id, json_object, shown
-from queue_workflows.dag import audit, store
+from queue_workflows.dag import audit
 from queue_workflows.dag.control import write_cursor
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg import sql
-
 from queue_workflows import db
 from queue_workflows.common import sqlfile
 from queue_workflows.telemetry import snapshot
