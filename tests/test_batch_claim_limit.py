@@ -11,6 +11,7 @@ from queue_workflows.common import sqlfile
 from queue_workflows.worker.batch.worker import claim_batch_query
 
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")
+_DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 # Plans the planner is free to pick: a nested loop that rescans the LIMITed pick per outer row.
 RESCANNING_PLAN = ("enable_hashjoin", "enable_mergejoin", "enable_hashagg", "enable_material", "enable_sort")
 
@@ -47,6 +48,16 @@ def test_promotion_takes_at_most_its_limit_under_a_rescanning_plan(database_url,
     with _rescanning(database_url) as promoter:
         promoted = promoter.execute(_JOBS.sql("promote_due_jobs", "ingest_jobs"), {"queue": "fetch", "limit": 10}).fetchall()
     assert len(promoted) == 10, f"a promotion of limit 10 promoted {len(promoted)} rows"
+
+
+def test_an_input_listener_takes_at_most_its_limit_of_submissions_under_a_rescanning_plan(database_url, conn):
+    run_id = conn.execute("INSERT INTO workflow_runs (workflow_name, status) VALUES ('w', 'running') RETURNING id").fetchone()["id"]
+    conn.execute("INSERT INTO workflow_input_submissions (run_id, node_name, value) "
+                 "SELECT %s, 'ask', '{}'::jsonb FROM generate_series(1, 300)", (run_id,))
+    conn.execute("ANALYZE workflow_input_submissions")
+    with _rescanning(database_url) as listener:
+        taken = listener.execute(_DAG["dag_claim_submissions"], {"listener": "l1", "limit": 10}).fetchall()
+    assert len(taken) == 10, f"a listener of limit 10 took {len(taken)} submissions"
 
 
 def test_concurrent_batch_claims_each_stay_within_the_limit_and_never_share_a_job(database_url, conn):
