@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import psycopg
@@ -66,9 +67,13 @@ def _is_load(node: ast.AST) -> bool:
     )
 
 
+@cache
 def scan(path: Path) -> tuple[list[tuple[tuple[str, str], str, int]], list[str]]:
     """The (file, name, line) every query access in `path` names, and the accesses no test can check."""
-    tree = ast.parse(path.read_text(), str(path))
+    text = path.read_text()
+    if "load(" not in text:  # no loader, no query names: skip the parse
+        return [], []
+    tree = ast.parse(text, str(path))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     bound: dict[str, tuple[str, str]] = {}
     problems = []
