@@ -11,6 +11,9 @@ import queue_workflows
 from queue_workflows import db, node_queue, queries, register_ingest_task
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobstore import Claimant
+from queue_workflows.common import sqlfile
+
+_GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 
 WORKER = Claimant("test-worker", 1)
 
@@ -72,7 +75,7 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
         for affinity in (True, False):
             text = queries.claim_query("ingest_jobs", order, affinity).as_string(None)
             if affinity:  # the plan is a fixed WITH clause of its own, the only other place that orders
-                plan = sql.SQL(queries.raw("gpu_claim_plan")).format(table=sql.Identifier("ingest_jobs"),
+                plan = sql.SQL(_GPU["gpu_claim_plan"]).format(table=sql.Identifier("ingest_jobs"),
                                                                      head_order=queries.HEAD_ORDER[order]).as_string(None)
                 assert text.startswith(plan)
                 text = text[len(plan):]

@@ -12,12 +12,16 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import jobstore, node_queue, queries
+from queue_workflows import jobstore, node_queue
 from queue_workflows.leader import reclaim
 from queue_workflows.dag import Workflow, store
 from queue_workflows.dag.outbox import DispatchDrain
 
 from procs import query
+from queue_workflows.common import sqlfile
+
+_ADMIN = sqlfile.load("queue_workflows.ops", "admin.sql")
+_DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 
 N = "qw_dag_nodes"
 
@@ -78,7 +82,7 @@ def test_every_terminal_path_writes_the_event(database_url, conn):
     jobstore.fetch_one(conn, jobstore.watchdog_trip_statement(node_queue.NODE_TABLE, ids["tripped"], "w1", error="budget", max_trips=1))
     conn.execute("UPDATE workflow_node_jobs SET lease_expires_at = now() - interval '1 s' WHERE id = %s", (ids["reclaimed"],))
     reclaim.reclaim_orphans(conn, confirm_seconds=0)
-    conn.execute(queries.query("cancel_job", node_queue.NODE_TABLE), {"job_id": ids["cancelled"], "reason": "operator"})
+    conn.execute(_ADMIN.sql("cancel_job", node_queue.NODE_TABLE), {"job_id": ids["cancelled"], "reason": "operator"})
     got = {(e["node_name"], e["kind"]) for e in events(database_url)}
     assert got == {("marked", "failed"), ("tripped", "failed"), ("reclaimed", "failed"), ("cancelled", "cancelled")}
 
@@ -167,7 +171,7 @@ def test_a_completion_does_not_wait_for_a_drain_in_flight_on_its_run(database_ur
     run_id = queue_workflows.start_run(chain(), {})
     node = claim(database_url, conn, run_id, "n0")
     with psycopg.connect(database_url) as drain:
-        drain.execute(store.q("dag_lock_run_head"), {"run_id": run_id})  # a dispatch of this run, mid-transaction
+        drain.execute(_DAG["dag_lock_run_head"], {"run_id": run_id})  # a dispatch of this run, mid-transaction
         with psycopg.connect(database_url) as worker:
             worker.execute("SET lock_timeout = '1s'")
             assert node_queue.mark_completed(node["id"], {"ok": 1}, worker_id="w1", conn=worker) is not None

@@ -5,7 +5,7 @@ when its lease lapses when the host is merely unreachable."""
 from __future__ import annotations
 
 import re
-from importlib import resources
+import pathlib
 
 import pytest
 
@@ -88,15 +88,18 @@ def test_claim_never_steals_an_orphaned_running_job(database_url, conn):
 
 
 def test_only_reclaim_and_the_owners_release_or_retry_put_a_running_job_back():
-    text = resources.files("queue_workflows.sql").joinpath("queries.sql").read_text()
+    engine = pathlib.Path(queue_workflows.__file__).parent  # every named query of the engine, whatever its concern
+    text = "\n".join(f.read_text() for f in sorted(engine.rglob("*.sql")) if "migrations" not in f.parts)
     blocks = re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]
     set_clauses = {b.split()[0]: re.findall(r"\bSET\b(.*?)\bWHERE\b", b, flags=re.DOTALL) for b in blocks}
     requeuers = {name for name, clauses in set_clauses.items() if any(f"'{s}'" in c for c in clauses for s in ("queued", "scheduled"))}
-    assert requeuers == {"reclaim_orphans", "release_job", "retry_job", "promote_due_jobs", "watchdog_trip", "operator_retry_job"}
+    assert requeuers == {"reclaim_orphans", "release_job", "retry_job", "promote_due_jobs", "watchdog_trip", "operator_retry_job",
+                         "dag_reset_nodes"}
     for name in ("release_job", "retry_job", "watchdog_trip"):
         block = next(b for b in blocks if b.startswith(name))
         assert "claimed_by = %(worker_id)s AND status = 'running'" in block, f"{name} must only hand back the caller's own job"
-    operator = next(b for b in blocks if b.startswith("operator_retry_job"))
-    assert "status IN ('failed', 'cancelled')" in operator, "an operator retries only finished jobs, never a running one"
+    for name in ("operator_retry_job", "dag_reset_nodes"):
+        operator = next(b for b in blocks if b.startswith(name))
+        assert "status IN ('failed', 'cancelled')" in operator, f"{name}: an operator retries only finished jobs, never a running one"
     promote = next(b for b in blocks if b.startswith("promote_due_jobs"))
     assert "WHERE status = 'scheduled'" in promote and "'running'" not in promote, "promotion never touches a running job"

@@ -23,6 +23,7 @@ from typing import NoReturn
 import psycopg
 
 from queue_workflows import callables, config, db, tasks
+from queue_workflows.common import sqlfile
 from queue_workflows.config import EngineConfig
 from queue_workflows.errors import (
     ConfigError,
@@ -48,11 +49,7 @@ EXIT_BROKEN_PIPE = 141
 
 _MUST_FIX = (ConfigError, InvalidNameError, InvalidPayloadError, UnknownQueueError, ReservedQueueError, MigrationError)
 
-# The head of the queue, as the claim index orders it: bounded, however deep the queue.
-_HEAD_TASK_NAMES = (
-    "SELECT DISTINCT task_name FROM (SELECT task_name FROM ingest_jobs WHERE queue = %s AND status = 'queued' "
-    "ORDER BY priority DESC, id LIMIT 1000) head"
-)
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 
 
 @dataclass(frozen=True)
@@ -237,7 +234,7 @@ def warn_unrunnable_jobs(queue: str, loaded: LoadedApp) -> list[str]:
             "UnknownTaskError; set QW_APP (or --app) to the module that calls register_ingest_task"
         )
     with db.connect(autocommit=True, url=loaded.config.database_url()) as conn:
-        named = {row["task_name"] for row in conn.execute(_HEAD_TASK_NAMES, (queue,))}
+        named = {row["task_name"] for row in conn.execute(_JOBS["ingest_head_task_names"], {"queue": queue})}
     unknown = sorted(named - registered)
     if unknown:
         found.append(

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from queue_workflows import config, db, queries
+from queue_workflows import config, db
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.node_queue import _INGEST_ARGS, _bulk_item_params
 from queue_workflows.payloads import json_text
+from queue_workflows.common import sqlfile
+
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 
 _ARGSET = frozenset(_INGEST_ARGS)
 _ABSENT = object()  # an omitted argument (its default applies), apart from an explicit None
@@ -49,7 +52,7 @@ def copy_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None 
             raise type(exc)(f"job #{index}: {exc} [task {job['task_name']!r}]") from None
         lines.append(prefix.replace("\x00ARGS\x00", text.translate(_ESCAPES)))
     if lines:
-        with db.transaction(conn) as c, c.cursor() as cur, cur.copy(queries.query("copy_ingest_jobs")) as copy:
+        with db.transaction(conn) as c, c.cursor() as cur, cur.copy(_JOBS.sql("copy_ingest_jobs")) as copy:
             copy.write("".join(lines))
     return len(lines)
 

@@ -11,6 +11,11 @@ from psycopg.rows import dict_row
 from queue_workflows import db, queries
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.queries import JobTable
+from queue_workflows.common import sqlfile
+
+_GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
+_RECLAIM = sqlfile.load("queue_workflows.leader", "reclaim.sql")
 
 # Advisory-lock namespace (first int4 key) for worker sessions; the second key is the worker's lock_key.
 # The view qw_worker_sessions (migration 0007) spells the same number.
@@ -71,19 +76,19 @@ def mark_statement(
     if outcome not in (JobStatus.COMPLETED, JobStatus.FAILED):
         raise ValueError(f"terminal outcome must be 'completed' or 'failed', not {outcome!r}")
     params = {"job_id": job_id, "worker_id": worker_id, "result": result, "error": error}
-    return queries.query(f"mark_{outcome}", table), params
+    return (_JOBS.sql("mark_completed", table) if outcome == "completed" else _JOBS.sql("mark_failed", table)), params
 
 
 def retry_statement(table: JobTable, job_id: int, worker_id: str, *, error: str, delay_seconds: float) -> Statement:
     """Requeue a failed attempt after `delay_seconds`; no row when attempts are spent or the job is not ours."""
     params = {"job_id": job_id, "worker_id": worker_id, "error": error, "delay_seconds": delay_seconds}
-    return queries.query("retry_job", table), params
+    return _JOBS.sql("retry_job", table), params
 
 
 def watchdog_trip_statement(table: JobTable, job_id: int, worker_id: str, *, error: str, max_trips: int) -> Statement:
     """Requeue the caller's running job without charging an attempt, or fail it at the watchdog cap."""
     params = {"job_id": job_id, "worker_id": worker_id, "error": error, "max_trips": max_trips}
-    return queries.query("watchdog_trip", table), params
+    return _JOBS.sql("watchdog_trip", table), params
 
 
 def mark(table: JobTable, outcome: str, job_id: int, *, conn: db.Conn | None = None, **kwargs: Any) -> Row | None:
@@ -93,50 +98,50 @@ def mark(table: JobTable, outcome: str, job_id: int, *, conn: db.Conn | None = N
 def release(conn: db.Conn | None, table: JobTable, job_ids: Sequence[int], worker_id: str) -> set[int]:
     """Hand the caller's running jobs back uncharged; the ids that were still its own."""
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
-        return {r["id"] for r in cur.execute(queries.query("release_job", table), {"ids": list(job_ids), "worker_id": worker_id})}
+        return {r["id"] for r in cur.execute(_JOBS.sql("release_job", table), {"ids": list(job_ids), "worker_id": worker_id})}
 
 
 def renew_lease(conn: db.Conn, table: JobTable, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> set[int]:
     """Extend the lease of the caller's running jobs; the ids it still holds (a missing one was taken)."""
     params = {"ids": list(job_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
-        return {r["id"] for r in cur.execute(queries.query("renew_lease", table), params)}
+        return {r["id"] for r in cur.execute(_JOBS.sql("renew_lease", table), params)}
 
 
 def lockless_jobs(conn: db.Conn, table: JobTable, *, session_grace_seconds: float) -> list[int]:
     """Ids of running jobs that no session holds the worker lock for (outside a restart's grace)."""
     with db.transaction(conn) as c:
-        rows = c.execute(queries.query("lockless_jobs", table), {"session_grace_seconds": session_grace_seconds}).fetchall()
+        rows = c.execute(_RECLAIM.sql("lockless_jobs", table), {"session_grace_seconds": session_grace_seconds}).fetchall()
     return [row["id"] for row in rows]
 
 
 def reclaim_orphans(conn: db.Conn, table: JobTable, *, suspects: list[int]) -> list[Row]:
     """Requeue (or fail) lapsed-lease jobs, and those `suspects` that are still lockless."""
     with db.transaction(conn) as c:
-        return c.execute(queries.query("reclaim_orphans", table), {"suspects": suspects}).fetchall()
+        return c.execute(_RECLAIM.sql("reclaim_orphans", table), {"suspects": suspects}).fetchall()
 
 
 def promote_due(conn: db.Conn, table: JobTable, queue: str | None = None, *, limit: int = 1000) -> int:
     """Make delayed jobs whose `run_after` has come claimable (one queue, or all); returns how many."""
     with db.transaction(conn) as c:
-        return len(c.execute(queries.query("promote_due_jobs", table), {"queue": queue, "limit": limit}).fetchall())
+        return len(c.execute(_JOBS.sql("promote_due_jobs", table), {"queue": queue, "limit": limit}).fetchall())
 
 
 def flag_dead_workers(conn: db.Conn, *, stale_after_seconds: float) -> list[Row]:
     """Flag (once) workers whose heartbeat is stale while they still own a running job."""
     with db.transaction(conn) as c:
-        return c.execute(queries.query("flag_dead_workers"), {"stale_after_seconds": stale_after_seconds}).fetchall()
+        return c.execute(_RECLAIM.sql("flag_dead_workers"), {"stale_after_seconds": stale_after_seconds}).fetchall()
 
 
 def flag_unassignable(conn: db.Conn) -> list[Row]:
     """Set (or clear) the reason on queued gpu jobs no live gpu worker has the VRAM for; the rows changed."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(queries.query("flag_unassignable"), {}).fetchall()
+        return cur.execute(_GPU.sql("flag_unassignable"), {}).fetchall()
 
 
 def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[str]:
     with db.transaction(conn) as c:
-        rows = c.execute(queries.query("prune_dead_heartbeats"), {"stale_after_seconds": stale_after_seconds}).fetchall()
+        rows = c.execute(_RECLAIM.sql("prune_dead_heartbeats"), {"stale_after_seconds": stale_after_seconds}).fetchall()
     return [row["worker_id"] for row in rows]
 
 
@@ -149,12 +154,12 @@ def queue_counts(conn: db.Conn, table: JobTable, queues: frozenset[str], *, stal
         q: {**dict.fromkeys(COUNTED_STATUSES, 0), "workers": 0, "oldest_queued_s": None}
         for q in sorted(queues)
     }
-    for row in conn.execute(queries.query("queue_counts", table)):
+    for row in conn.execute(_JOBS.sql("queue_counts", table)):
         if row["queue"] in counts and row["status"] in counts[row["queue"]]:
             counts[row["queue"]][row["status"]] = row["n"]
             if row["oldest_queued_s"] is not None:
                 counts[row["queue"]]["oldest_queued_s"] = row["oldest_queued_s"]
-    for row in conn.execute(queries.query("live_workers"), {"stale_after_seconds": stale_after_seconds}):
+    for row in conn.execute(_JOBS.sql("live_workers"), {"stale_after_seconds": stale_after_seconds}):
         if row["queue"] in counts:
             counts[row["queue"]]["workers"] = row["n"]
     return counts

@@ -13,13 +13,17 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from queue_workflows import callables, config, db, jobstore, queries, tasks
+from queue_workflows import callables, config, db, jobstore, tasks
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
 from queue_workflows.payloads import check_text, clean_text, json_object, shown
 from queue_workflows.queries import JobTable
 from queue_workflows.settings import QUEUE_NAME_RE, RESERVED_QUEUES
+from queue_workflows.common import sqlfile
+
+_GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 
 NODE_TABLE: JobTable = "workflow_node_jobs"
 INGEST_TABLE: JobTable = "ingest_jobs"
@@ -118,16 +122,16 @@ def enqueue_ingest_job(
     """
     params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts)
     if dedup_key is None:
-        row = jobstore.fetch_one(conn, (queries.query("enqueue_ingest_job"), params))
+        row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_ingest_job"), params))
     else:
         params["dedup_key"] = check_text(dedup_key, what="dedup_key", max_chars=200)
         params["dedup_window_seconds"] = config.current().settings.dedup_window_seconds
         with db.transaction(conn) as c:
             for _ in range(3):  # nothing back: we lost the race at the unique index; look again
-                row = jobstore.fetch_one(c, (queries.query("enqueue_ingest_job_once"), params))
+                row = jobstore.fetch_one(c, (_JOBS.sql("enqueue_ingest_job_once"), params))
                 if row is not None:
                     break
-                row = jobstore.fetch_one(c, (queries.query("find_dedup_job"), params))
+                row = jobstore.fetch_one(c, (_JOBS.sql("find_dedup_job"), params))
                 if row is not None:
                     break
     if row is None:
@@ -152,7 +156,7 @@ def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | No
     if not batch["task_name"]:
         return []
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(queries.query("enqueue_ingest_jobs"), batch).fetchall()
+        rows = cur.execute(_JOBS.sql("enqueue_ingest_jobs"), batch).fetchall()
     return sorted(rows, key=lambda row: row["id"])
 
 
@@ -211,7 +215,7 @@ def enqueue_node_job(
         "max_attempts": _check_max_attempts(max_attempts),
     }
     callables.check_plain_node(node_module or node_name)  # by name: the enqueuer need not have the code
-    row = jobstore.fetch_one(conn, (queries.query("enqueue_node_job"), params))
+    row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_node_job"), params))
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
     return row
@@ -262,7 +266,7 @@ def claim_prelude(queue: str) -> jobstore.Statement | None:
     settings = config.current().settings
     if queue != "gpu" or settings.gpu_routing != "affinity":
         return None
-    return queries.query("serialize_gpu_claims"), {"lock_namespace": GPU_CLAIM_LOCK_NAMESPACE, "queue": queue}
+    return _GPU.sql("serialize_gpu_claims"), {"lock_namespace": GPU_CLAIM_LOCK_NAMESPACE, "queue": queue}
 
 
 def claim_statements(table: JobTable, queue: str, claimant: Claimant, **routing: Any) -> list[jobstore.Statement]:

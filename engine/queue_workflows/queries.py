@@ -1,18 +1,18 @@
-"""Named SQL from `sql/*.sql`, composed only with fixed identifiers and fragments."""
+"""The claim statements, composed from named SQL (worker/worker.sql, gpu/claim.sql) and fixed fragments only."""
 
 from __future__ import annotations
 
-import re
 from functools import cache
-from importlib import resources
-from typing import Literal
 
 from psycopg import sql
 
-_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+from queue_workflows.common import sqlfile
+from queue_workflows.common.sqlfile import JobTable
 
-JobTable = Literal["workflow_node_jobs", "ingest_jobs"]
-RESULT_COLUMN: dict[str, str] = {"workflow_node_jobs": "context_delta", "ingest_jobs": "result"}
+__all__ = ["JobTable", "claim_query"]
+
+_WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
+_GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 
 PRIORITY_ORDER = {
     "highest_first": sql.SQL("priority DESC"),
@@ -35,36 +35,6 @@ HEAD_ORDER = {
 }
 
 
-def parse_named_queries(text: str) -> dict[str, str]:
-    parts = _NAME_RE.split(text)
-    queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
-        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
-    return queries
-
-
-@cache
-def _all() -> dict[str, str]:
-    text = resources.files("queue_workflows.sql").joinpath("queries.sql").read_text()
-    return parse_named_queries(text)
-
-
-def raw(name: str) -> str:
-    return _all()[name]
-
-
-@cache
-def query(name: str, table: JobTable | None = None) -> sql.Composed | sql.SQL:
-    """A named query, with `{table}`/`{result_column}` bound when it is per job table."""
-    text = sql.SQL(raw(name))
-    if table is None:
-        return text
-    if table not in RESULT_COLUMN:
-        raise ValueError(f"unknown job table {table!r}")
-    return text.format(table=sql.Identifier(table), result_column=sql.Identifier(RESULT_COLUMN[table]))
-
-
 @cache
 def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.Composed:
     """The claim statement; ORDER BY is assembled only from the fixed fragments above."""
@@ -74,8 +44,8 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     plan: sql.Composable = sql.SQL("")
     routing: sql.Composable = sql.SQL("")
     if with_affinity:  # a gpu worker: its sole models, then warm ones, then what its plan allows (gpu_routing)
-        plan = sql.SQL(raw("gpu_claim_plan") + "\n").format(table=sql.Identifier(table), head_order=HEAD_ORDER[claim_order])
+        plan = sql.SQL(_GPU["gpu_claim_plan"] + "\n").format(table=sql.Identifier(table), head_order=HEAD_ORDER[claim_order])
         order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
-        routing = sql.SQL(raw("gpu_routing"))
+        routing = sql.SQL(_GPU["gpu_routing"])
     order.append(CREATED_ORDER)
-    return sql.SQL(raw("claim_job")).format(plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)
+    return sql.SQL(_WORKER["claim_job"]).format(plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)

@@ -20,10 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg import sql
-
 import queue_workflows
 from queue_workflows import ConfigError, app_loader, db, scheduler
+from queue_workflows.common import sqlfile
 from queue_workflows.ops.status import status_data
 from queue_workflows.settings import load_settings
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_JOB_TAKEN, EXIT_OK, EXIT_STALLED
@@ -31,6 +30,8 @@ from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HA
 from .live_line import LiveLine
 from .runtime import on_stop_signals, setup_logging
 from .tables import print_table, status_table
+
+_DEV = sqlfile.load("qw_services", "dev.sql")
 
 log = logging.getLogger("queue_workflows.dev")
 
@@ -140,8 +141,7 @@ def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
     totals = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
     with db.transaction() as conn:
         for table, ids in job_ids.items():
-            statement = sql.SQL("SELECT status, count(*) AS n FROM {} WHERE id = ANY(%s) GROUP BY status")
-            rows = conn.execute(statement.format(sql.Identifier(table)), (ids,)).fetchall()
+            rows = conn.execute(_DEV.sql("job_status_counts", table), {"ids": ids}).fetchall()
             for row in rows:
                 totals[row["status"]] = totals.get(row["status"], 0) + row["n"]
     return totals

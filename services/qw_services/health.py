@@ -12,15 +12,15 @@ import argparse
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import psutil
 
 from queue_workflows import app_loader, config, db
 from queue_workflows.worker.liveness import id_notes
-from queue_workflows.queries import parse_named_queries
+from queue_workflows.common import sqlfile
+
+_HEALTH = sqlfile.load("qw_services", "health.sql")
 
 __all__ = ["add_arguments", "check_orchestrator", "check_schema", "check_worker", "main_with", "worker_pids"]
 
@@ -35,14 +35,9 @@ class Unhealthy(Exception):
     """Why the check failed, as the one line a HEALTHCHECK log shows."""
 
 
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("qw_services").joinpath("health.sql").read_text())
-
-
-def _rows(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     with db.connect(autocommit=True) as conn:
-        return list(conn.execute(_queries()[name], params).fetchall())
+        return list(conn.execute(statement, params).fetchall())
 
 
 def worker_pids() -> dict[int, float]:
@@ -66,11 +61,11 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
     # A worker that noted its id names its row. Notes of workers using another database (other
     # processes on a host, not in a container) match nothing here: the workers without a note
     # are then matched by pid and start time, and a noted worker never by its pid.
-    mine = _rows("worker_rows_by_id", {"worker_ids": noted, "queue": queue}) if noted else []
+    mine = _rows(_HEALTH["worker_rows_by_id"], {"worker_ids": noted, "queue": queue}) if noted else []
     unnoted = {pid: started for pid, started in local.items() if pid not in notes}
     if not mine and unnoted:
         local = unnoted
-        rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
+        rows = _rows(_HEALTH["worker_rows"], {"host_label": settings.host_label, "pids": list(local), "queue": queue})
         # Replicas on one host can share a pid: ours started no earlier than our process did, and
         # of those, nearest to it (a replica scaled up seconds later has the same pid).
         mine = sorted((r for r in rows if r["started_epoch"] >= local[r["pid"]] - START_SLACK_SECONDS),
@@ -89,7 +84,7 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
 def check_orchestrator(hostname: str | None = None) -> str:
     """This container's orchestrator, leading or standing by, beat within ten seconds."""
     name = hostname or socket.gethostname()
-    rows = _rows("orchestrator_row", {"hostname": name})
+    rows = _rows(_HEALTH["orchestrator_row"], {"hostname": name})
     if not rows:
         raise Unhealthy(f"no qw_orchestrators row for hostname {name!r}: not started yet, or it stopped beating")
     row = rows[0]

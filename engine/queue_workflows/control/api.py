@@ -6,10 +6,13 @@ from typing import Any, Literal
 
 from psycopg.rows import dict_row
 
-from queue_workflows import db, queries
+from queue_workflows import db
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError
 from queue_workflows.payloads import check_note, shown
 from queue_workflows.settings import HOST_LABEL_RE, QUEUE_NAME_RE
+from queue_workflows.common import sqlfile
+
+_CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
 
 POLICIES = ("hard", "park")
 Policy = Literal["hard", "park"]
@@ -36,7 +39,7 @@ def _set(host_label: str, queue: str, state: str, policy: str, requested_by: str
     params = {"host_label": host_label, "queue": queue, "desired_state": state, "stop_policy": policy,
               "requested_by": requested_by, "reason": reason}
     with db.transaction(conn) as c:
-        row = c.cursor(row_factory=dict_row).execute(queries.query("upsert_worker_control"), params).fetchone()
+        row = c.cursor(row_factory=dict_row).execute(_CONTROL.sql("upsert_worker_control"), params).fetchone()
     assert row is not None
     return row
 
@@ -60,7 +63,7 @@ def control_for(host_label: str, queue: str, conn: db.Conn | None = None) -> dic
     _check(host_label, queue)
     with db.transaction(conn) as c:
         return c.cursor(row_factory=dict_row).execute(
-            queries.query("worker_control_for"), {"host_label": host_label, "queue": queue}
+            _CONTROL.sql("worker_control_for"), {"host_label": host_label, "queue": queue}
         ).fetchone()
 
 
@@ -72,4 +75,4 @@ def desired_state_for(host_label: str, queue: str, conn: db.Conn | None = None) 
 
 def list_controls(conn: db.Conn | None = None) -> list[dict[str, Any]]:
     with db.transaction(conn) as c:
-        return c.cursor(row_factory=dict_row).execute(queries.query("list_worker_controls")).fetchall()
+        return c.cursor(row_factory=dict_row).execute(_CONTROL.sql("list_worker_controls")).fetchall()

@@ -12,8 +12,11 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
-from queue_workflows import db, queries
+from queue_workflows import db
 from queue_workflows.control.switch import WorkerSwitch
+from queue_workflows.common import sqlfile
+
+_CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ def set_device_probe(probe: DeviceProbe) -> None:
 
 
 def mark_device_check(conn: db.Conn, host_label: str, queue: str, pending: bool) -> None:
-    conn.execute(queries.query("set_device_check"), {"host_label": host_label, "queue": queue, "pending": pending})
+    conn.execute(_CONTROL.sql("set_device_check"), {"host_label": host_label, "queue": queue, "pending": pending})
 
 
 def check_device_if_pending(conn: db.Conn, switch: WorkerSwitch, row: dict | None) -> None:

@@ -7,25 +7,20 @@ action that is refused or rolled back leaves no trace and one that lands always 
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from psycopg.rows import dict_row
 
 from queue_workflows import db
+from queue_workflows.common import sqlfile
 from queue_workflows.payloads import check_id, check_text
-from queue_workflows.queries import parse_named_queries
+
+_RUN_ACTIONS = sqlfile.load("queue_workflows.dag", "run_actions.sql")
 
 Action = Literal["cancel", "restart", "input"]
 REQUESTED_BY_MAX = 200
 
 __all__ = ["Action", "check_requested_by", "record", "run_actions"]
-
-
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("run_actions.sql").read_text())
 
 
 def check_requested_by(requested_by: str | None) -> None:
@@ -37,7 +32,7 @@ def check_requested_by(requested_by: str | None) -> None:
 def record(cur: Any, run_id: int, action: Action, *, requested_by: str | None, detail: str | None = None,
            node_name: str | None = None) -> None:
     """Append one action to the run's trail, inside the caller's transaction."""
-    cur.execute(_queries()["record_run_action"],
+    cur.execute(_RUN_ACTIONS["record_run_action"],
                 {"run_id": run_id, "action": action, "node_name": node_name, "requested_by": requested_by, "detail": detail})
 
 
@@ -45,4 +40,4 @@ def run_actions(run_id: int, *, conn: db.Conn | None = None) -> list[dict[str, A
     """The run's actions, oldest first: action, node_name, requested_by, detail, at."""
     check_id(run_id, what="run id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
-        return list(cur.execute(_queries()["run_actions"], {"run_id": run_id}).fetchall())
+        return list(cur.execute(_RUN_ACTIONS["run_actions"], {"run_id": run_id}).fetchall())

@@ -31,10 +31,13 @@ import psycopg
 from psycopg.rows import dict_row
 
 from queue_workflows import config, db
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import QueueWorkflowsError
 from queue_workflows.payloads import check_id, check_note, clean_text
 from queue_workflows.dag import audit, store
 from queue_workflows.dag.definition import Workflow
+
+_DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class RunStateError(QueueWorkflowsError, LookupError):
 
 def _locked_run(cur: Any, run_id: int) -> dict[str, Any]:
     check_id(run_id, what="run id")
-    run = cur.execute(store.q("dag_lock_run"), {"run_id": run_id}).fetchone()
+    run = cur.execute(_DAG["dag_lock_run"], {"run_id": run_id}).fetchone()
     if run is None:
         raise RunStateError(f"no workflow run {run_id}")
     if run["definition"] is None:
@@ -78,12 +81,10 @@ def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, re
         run = _locked_run(cur, run_id)
         if run["status"] in store.TERMINAL_RUN:
             raise RunStateError(f"run {run_id} is {run['status']}: only a running run can be cancelled")
-        cur.execute(store.q("dag_cancel_run"), {"run_id": run_id, "reason": note})
+        cur.execute(_DAG["dag_cancel_run"], {"run_id": run_id, "reason": note})
         audit.record(cur, run_id, "cancel", requested_by=requested_by, detail=("hard: " if hard else "") + (reason or ""))
-        done = cur.execute(store.q("dag_cancel_open_nodes"), {"run_id": run_id, "reason": note, "hard": bool(hard)}).fetchall()
-        running = cur.execute(
-            "SELECT node_name FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status = 'running' ORDER BY id", {"run_id": run_id}
-        ).fetchall()
+        done = cur.execute(_DAG["dag_cancel_open_nodes"], {"run_id": run_id, "reason": note, "hard": bool(hard)}).fetchall()
+        running = cur.execute(_DAG["dag_running_nodes"], {"run_id": run_id}).fetchall()
     return {"run_id": run_id, "cancelled": [r["node_name"] for r in done], "running": [r["node_name"] for r in running]}
 
 
@@ -101,11 +102,11 @@ def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn |
         if run["status"] not in ("failed", "cancelled"):
             raise RunStateError(f"run {run_id} is {run['status']}: only a failed or cancelled run can be restarted")
         wf = Workflow.from_dict(run["definition"])
-        cur.execute(store.q("dag_restart_run"), {"run_id": run_id})  # first: the cancelled-run guard must not fire
-        stale = cur.execute(store.q("dag_reject_stale_submissions"),
+        cur.execute(_DAG["dag_restart_run"], {"run_id": run_id})  # first: the cancelled-run guard must not fire
+        stale = cur.execute(_DAG["dag_reject_stale_submissions"],
                             {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
         input_steps = [n.id for n in wf.nodes if n.is_input]
-        reset = cur.execute(store.q("dag_reset_nodes"), {"run_id": run_id, "input_steps": input_steps}).fetchall()
+        reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps}).fetchall()
         step = store.advance_run(cur.connection, run_id)
         detail = f"was {run['status']}" + (f"; {len(stale)} unapplied input answer(s) rejected" if stale else "")
         audit.record(cur, run_id, "restart", requested_by=requested_by, detail=detail)
@@ -126,7 +127,7 @@ def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None 
     limit_attempts = max_attempts or config.current().settings.dispatch_max_attempts
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        for row in cur.execute(store.q("dag_stalled_runs"), {"limit": limit}).fetchall():
+        for row in cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall():
             try:
                 with conn.transaction():
                     step = store.advance_run(conn, row["id"])
@@ -148,7 +149,7 @@ def _reconcile_failed(cur: Any, run_id: int, exc: Exception, max_attempts: int) 
     if attempts < max_attempts:
         log.warning("reconcile: run %s could not be advanced (attempt %d/%d): %s", run_id, attempts, max_attempts, error)
         return
-    cur.execute(store.q("dag_poison_run"), {"run_id": run_id, "error": f"reconcile poisoned after {attempts} attempts: {error}"})
+    cur.execute(_DAG["dag_poison_run"], {"run_id": run_id, "error": f"reconcile poisoned after {attempts} attempts: {error}"})
     _reconcile_failures.pop(run_id, None)
     log.error("run %s: reconcile POISONED after %d attempts (left for an operator: cancel or fix it): %s", run_id, attempts, error)
 
@@ -164,7 +165,7 @@ def run_cancelled(run_id: int, *, conn: db.Conn | None = None) -> bool:
     """True when the run is cancelled (or gone): the cooperative flag a long node may poll."""
     check_id(run_id, what="run id")
     with db.transaction(conn) as c:
-        row = c.execute(store.q("dag_run_state"), {"run_id": run_id}).fetchone()
+        row = c.execute(_DAG["dag_run_state"], {"run_id": run_id}).fetchone()
     return row is None or row["status"] == "cancelled"
 
 

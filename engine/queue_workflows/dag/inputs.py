@@ -24,11 +24,14 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.payloads import check_id, json_object, shown
-from queue_workflows.dag import audit, store
+from queue_workflows.dag import audit
 from queue_workflows.dag.control import write_cursor
 from queue_workflows.jobrow import JobStatus
+
+_DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +58,9 @@ def submit_input(run_id: int, node_name: str, value: Any, *, requested_by: str |
         raise InvalidPayloadError(f"an input value must be a JSON object (it becomes the node's output), not {type(value).__name__}")
     payload = json_object(value, what="input value", max_bytes=config.current().settings.max_payload_bytes)
     with write_cursor(conn) as cur:
-        run = cur.execute(store.q("dag_lock_run"), {"run_id": run_id}).fetchone()  # serialises with restart_run
+        run = cur.execute(_DAG["dag_lock_run"], {"run_id": run_id}).fetchone()  # serialises with restart_run
         _check_awaited(cur, run, run_id, node_name)
-        row = cur.execute(store.q("dag_insert_submission"), {"run_id": run_id, "node_name": node_name, "value": payload}).fetchone()
+        row = cur.execute(_DAG["dag_insert_submission"], {"run_id": run_id, "node_name": node_name, "value": payload}).fetchone()
         audit.record(cur, run_id, "input", requested_by=requested_by, detail=f"submission {row['id']}", node_name=node_name)
     return int(row["id"])
 
@@ -72,7 +75,7 @@ def _check_awaited(cur: Any, run: dict[str, Any] | None, run_id: int, node_name:
         raise InputNotAwaitedError(f"node {node_name!r} of run {run_id} is not an input step")
     if run["status"] != "running":
         raise InputNotAwaitedError(f"run {run_id} is {run['status']}: it takes no input")
-    node = cur.execute(store.q("dag_node_state"), {"run_id": run_id, "node_name": node_name}).fetchone()
+    node = cur.execute(_DAG["dag_node_state"], {"run_id": run_id, "node_name": node_name}).fetchone()
     status = node["status"] if node else "pending (not reached yet)"
     if status != JobStatus.AWAITING_INPUT:
         raise InputNotAwaitedError(f"node {node_name!r} of run {run_id} is {status}, not awaiting input")
@@ -81,18 +84,18 @@ def _check_awaited(cur: Any, run: dict[str, Any] | None, run_id: int, node_name:
 def claim_submissions(conn: db.Conn, listener: str, *, limit: int = 100) -> list[dict[str, Any]]:
     """Mark up to `limit` pending submissions `processing` for `listener` (committed before they are applied)."""
     with conn.transaction():
-        return conn.cursor(row_factory=dict_row).execute(store.q("dag_claim_submissions"), {"listener": listener, "limit": limit}).fetchall()
+        return conn.cursor(row_factory=dict_row).execute(_DAG["dag_claim_submissions"], {"listener": listener, "limit": limit}).fetchall()
 
 
 def apply_submission(conn: db.Conn, submission_id: int, listener: str) -> str | None:
     """Apply one claimed submission in one transaction: 'applied', 'rejected', or None (no longer ours)."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         claim = {"id": submission_id, "listener": listener}
-        seen = cur.execute(store.q("dag_get_submission"), claim).fetchone()
+        seen = cur.execute(_DAG["dag_get_submission"], claim).fetchone()
         if seen is None:
             return None  # reclaimed meanwhile, or another listener has it now
-        run = cur.execute(store.q("dag_lock_run"), {"run_id": seen["run_id"]}).fetchone()  # the run first, as restart_run
-        sub = cur.execute(store.q("dag_lock_submission"), claim).fetchone()
+        run = cur.execute(_DAG["dag_lock_run"], {"run_id": seen["run_id"]}).fetchone()  # the run first, as restart_run
+        sub = cur.execute(_DAG["dag_lock_submission"], claim).fetchone()
         if sub is None:
             return None  # rejected by a restart meanwhile, or reclaimed
         error = None
@@ -104,9 +107,9 @@ def apply_submission(conn: db.Conn, submission_id: int, listener: str) -> str | 
             error = str(exc)
         if error is None:
             params = {"run_id": sub["run_id"], "node_name": sub["node_name"], "value": Jsonb(sub["value"])}
-            cur.execute(store.q("dag_resume_input_node"), params)
+            cur.execute(_DAG["dag_resume_input_node"], params)
         status = "rejected" if error else "applied"
-        cur.execute(store.q("dag_submission_done"), {"id": submission_id, "status": status, "error": error})
+        cur.execute(_DAG["dag_submission_done"], {"id": submission_id, "status": status, "error": error})
     if error:
         log.warning("input submission %s rejected: %s", submission_id, error)
     return status
@@ -116,7 +119,7 @@ def reclaim_submissions(conn: db.Conn, *, stale_seconds: float = 30.0, max_attem
     """Put submissions stuck in `processing` for over `stale_seconds` back to pending (rejected after `max_attempts`)."""
     with conn.transaction():
         rows = conn.cursor(row_factory=dict_row).execute(
-            store.q("dag_reclaim_submissions"), {"stale_seconds": stale_seconds, "max_attempts": max_attempts}
+            _DAG["dag_reclaim_submissions"], {"stale_seconds": stale_seconds, "max_attempts": max_attempts}
         ).fetchall()
     if rows:
         log.warning("reclaimed %d input submission(s) stuck in processing: %s", len(rows), rows)

@@ -23,9 +23,12 @@ from typing import Any
 import psycopg
 
 from queue_workflows import config, db
+from queue_workflows.common import sqlfile
 from queue_workflows.common.listening import run_listening
 from queue_workflows.payloads import clean_text
 from queue_workflows.dag import store
+
+_DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class DispatchDrain:
     def drain_once(self, conn: db.Conn) -> int:
         """One batch, one transaction; returns how many events it took (done or rescheduled)."""
         with conn.transaction():
-            events = conn.execute(store.q("dag_pending_events"), {"limit": self.batch_size}).fetchall()
+            events = conn.execute(_DAG["dag_pending_events"], {"limit": self.batch_size}).fetchall()
             by_run: dict[int, list[dict[str, Any]]] = {}
             for event in events:
                 by_run.setdefault(event["run_id"], []).append(event)
@@ -75,7 +78,7 @@ class DispatchDrain:
                 except Exception as exc:  # noqa: BLE001 - a failing fan-out is retried, then poison-flagged
                     self._failed(conn, run_id, run_events, exc)
             if done:
-                conn.execute(store.q("dag_events_done"), {"ids": done})
+                conn.execute(_DAG["dag_events_done"], {"ids": done})
         self.processed += len(done)
         return len(events)
 
@@ -84,7 +87,7 @@ class DispatchDrain:
         delay = min(self.backoff_max, self.backoff_base * 2 ** (attempts - 1))
         error = clean_text(f"{type(exc).__name__}: {exc}")[:2000]
         params = {"ids": [e["id"] for e in events], "error": error, "delay_seconds": delay, "max_attempts": self.max_attempts}
-        poisoned = conn.execute(store.q("dag_events_failed"), params).fetchall()
+        poisoned = conn.execute(_DAG["dag_events_failed"], params).fetchall()
         if poisoned:
             log.error("run %s: dispatch POISONED after %d attempts: %s", run_id, attempts, error)
         else:
@@ -94,7 +97,7 @@ class DispatchDrain:
         """One batch; then how long to wait: none while batches come full, else until the next retry is due."""
         if self.drain_once(conn) >= self.batch_size:
             return 0.0
-        row = conn.execute(store.q("dag_next_event_due")).fetchone()
+        row = conn.execute(_DAG["dag_next_event_due"]).fetchone()
         due = row["due_in"] if row else None
         return self.tick if due is None else max(0.0, min(self.tick, due))
 

@@ -10,32 +10,23 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from functools import cache
-from importlib import resources
 from typing import Any, NamedTuple
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.payloads import check_id, json_object
-from queue_workflows.queries import parse_named_queries
 from queue_workflows.dag import dispatcher, hooks, refs
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.dag.validate import topological_order, validate
 from queue_workflows.jobrow import JobStatus
 
+_DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
+
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
-
-
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("dag.sql").read_text())
-
-
-def q(name: str) -> str:
-    return _queries()[name]
 
 
 def start_run(
@@ -69,7 +60,7 @@ def start_run(
         # An autocommit connection gets a transaction of its own; otherwise the statements join
         # the caller's (implicit) transaction and commit or roll back with it.
         with c.transaction() if c.autocommit else nullcontext(), c.cursor(row_factory=dict_row) as cur:
-            run_id: int = cur.execute(q("dag_insert_run"), params).fetchone()["id"]  # type: ignore[index]
+            run_id: int = cur.execute(_DAG["dag_insert_run"], params).fetchone()["id"]  # type: ignore[index]
             advance_run(c, run_id)
     return run_id
 
@@ -109,7 +100,7 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
     key = (run["id"], run["created_at"])
     hit = _PARSED.get(key)
     if hit is None:
-        definition = cur.execute(q("dag_run_definition"), {"run_id": run["id"]}).fetchone()["definition"]
+        definition = cur.execute(_DAG["dag_run_definition"], {"run_id": run["id"]}).fetchone()["definition"]
         wf = Workflow.from_dict(definition)
         scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if))
         hit = _PARSED[key] = Parsed(wf, topological_order(wf), scoped, dispatcher.dependants(wf))
@@ -121,7 +112,7 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
 
 
 def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
-    run = cur.execute(q("dag_lock_run_head"), {"run_id": run_id}).fetchone()
+    run = cur.execute(_DAG["dag_lock_run_head"], {"run_id": run_id}).fetchone()
     if run is None or not run["has_definition"] or run["status"] in TERMINAL_RUN:
         return None
     wf, order, scoped, depending = _parsed(cur, run)
@@ -129,7 +120,7 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
 
     def scope() -> refs.Scope:
         if not loaded:
-            rows = cur.execute(q("dag_run_scope"), {"run_id": run_id}).fetchall()
+            rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
             loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
         return loaded[0]
 
@@ -140,16 +131,16 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
             raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
 
     if completed is None:
-        states = {r["node_name"]: r["status"] for r in cur.execute(q("dag_run_states"), {"run_id": run_id}).fetchall()}
+        states = {r["node_name"]: r["status"] for r in cur.execute(_DAG["dag_run_states"], {"run_id": run_id}).fetchall()}
         step = dispatcher.advance(wf, states, should_skip, order=order)
     else:
         def states_of(names: set[str]) -> dict[str, str]:
-            rows = cur.execute(q("dag_node_states"), {"run_id": run_id, "names": sorted(names)}).fetchall()
+            rows = cur.execute(_DAG["dag_node_states"], {"run_id": run_id, "names": sorted(names)}).fetchall()
             return {r["node_name"]: r["status"] for r in rows}
 
         step = dispatcher.advance_after(wf, completed, states_of, should_skip, order=order, depending=depending)
         if not step.enqueue:  # only now can the run be over: count what is done, skips included
-            done = cur.execute(q("dag_run_done_count"), {"run_id": run_id}).fetchone()["n"]
+            done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id}).fetchone()["n"]
             if done + len(step.skip) == len(wf.nodes):
                 step.run_status = "completed"
     _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope())
@@ -171,22 +162,22 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
             "budget_seconds": node.budget_seconds,
         })
     if params:
-        cur.executemany(q("dag_insert_node"), params)
+        cur.executemany(_DAG["dag_insert_node"], params)
     if step.cancel:
         reason = f"cancelled: run {run['id']} failed ({step.error})"
-        cur.execute(q("dag_cancel_nodes"), {"run_id": run["id"], "names": step.cancel, "reason": reason})
+        cur.execute(_DAG["dag_cancel_nodes"], {"run_id": run["id"], "names": step.cancel, "reason": reason})
     if step.run_status:
-        cur.execute(q("dag_finish_run"), {"run_id": run["id"], "status": step.run_status, "error": step.error})
+        cur.execute(_DAG["dag_finish_run"], {"run_id": run["id"], "status": step.run_status, "error": step.error})
 
 
 def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
     """The run and every node of its definition: status ('pending' before it exists), attempts, output, error."""
     check_id(run_id, what="run id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
-        run = cur.execute(q("dag_get_run"), {"run_id": run_id}).fetchone()
+        run = cur.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
-        rows = cur.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
+        rows = cur.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
     by_name = {r["node_name"]: r for r in rows}
     names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
     nodes = {}
@@ -210,10 +201,10 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
 def load_run_scope(run_id: int, *, url: str | None = None) -> tuple[dict[str, Any], refs.Scope]:
     """For the worker: the run row and the scope its node's late references resolve in."""
     with db.connect(autocommit=True, url=url) as c:
-        run = c.execute(q("dag_get_run"), {"run_id": run_id}).fetchone()
+        run = c.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
-        rows = c.execute(q("dag_run_nodes"), {"run_id": run_id}).fetchall()
+        rows = c.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
     wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
     return run, scope_for(run, wf, rows)
 

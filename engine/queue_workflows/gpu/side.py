@@ -8,10 +8,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from queue_workflows import queries
 from queue_workflows.gpu import registry
 from queue_workflows.jobrow import NodeJob
 from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
+from queue_workflows.common import sqlfile
+
+_GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class GpuSide:
     def publish_models(self, conn: Any) -> None:
         """Record each registered model's VRAM estimate, for routing and the unassignable check."""
         for spec in registry.registered():
-            conn.execute(queries.query("upsert_gpu_model"), {"model_id": spec.id, "est_vram_gb": spec.est_vram_gb})
+            conn.execute(_GPU.sql("upsert_gpu_model"), {"model_id": spec.id, "est_vram_gb": spec.est_vram_gb})
 
     def may_claim(self) -> bool:
         return self.refusal is None

@@ -23,19 +23,19 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import psycopg
 
 from queue_workflows import config, db
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import ConfigError
 from queue_workflows.common.health_stamp import HealthStamp
-from queue_workflows.queries import parse_named_queries
 from queue_workflows.common.text import first_line
 
 log = logging.getLogger(__name__)
+
+_LEADERSHIP = sqlfile.load("queue_workflows.leader", "leadership.sql")
 
 ServerClock = Callable[[], datetime | None]  # the server time leases are judged by; None: the server's own
 
@@ -46,15 +46,6 @@ def server_clock() -> None:
 
 class LeadershipLost(Exception):
     """Another orchestrator leads now, or this one's lease lapsed: its services must stop."""
-
-
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("leadership.sql").read_text())
-
-
-def q(name: str) -> str:
-    return _queries()[name]
 
 
 def default_orchestrator_id() -> str:
@@ -96,7 +87,7 @@ class Term:
             raise LeadershipLost(f"term {self.epoch}: its lease lapsed before it was renewed")
         # A guarded transaction idle for a whole lease belongs to a leader that stopped.
         params = {"epoch": self.epoch, "idle_ms": str(max(1, int(self.lease_seconds * 1000))), "at": self.clock()}
-        if conn.execute(q("leader_fence"), params).fetchone() is None:
+        if conn.execute(_LEADERSHIP["leader_fence"], params).fetchone() is None:
             self.ended.set()
             raise LeadershipLost(f"term {self.epoch} was superseded by another leader, or its lease lapsed")
 
@@ -149,23 +140,23 @@ class Elector:
     def _beat(self, conn: db.Conn, role: str, epoch: int | None, *, force: bool = False) -> None:
         if not force and self.now_fn() < self._next_beat:
             return
-        conn.execute(q("orchestrator_beat"), {
+        conn.execute(_LEADERSHIP["orchestrator_beat"], {
             "orchestrator_id": self.orchestrator_id, "hostname": socket.gethostname(),
             "host_label": config.current().settings.host_label, "pid": os.getpid(), "role": role, "epoch": epoch,
         })
         self._next_beat = self.now_fn() + self.beat_seconds
         self.health.touch(f"orchestrator {self.orchestrator_id} ({role}) beat")
         if role == "leader":
-            for row in conn.execute(q("orchestrators_prune"), {"stale_seconds": self.stale_seconds}).fetchall():
+            for row in conn.execute(_LEADERSHIP["orchestrators_prune"], {"stale_seconds": self.stale_seconds}).fetchall():
                 log.info("forgot orchestrator %s (silent for over %.0fs)", row["orchestrator_id"], self.stale_seconds)
 
     def bid(self, conn: db.Conn) -> Term | None:
         """One attempt to start a term: a Term when the lease was free and is now ours, else None."""
         with conn.transaction():
-            if conn.execute(q("leader_vacant"), {"at": self.clock()}).fetchone() is None:
+            if conn.execute(_LEADERSHIP["leader_vacant"], {"at": self.clock()}).fetchone() is None:
                 return None
             granted_at = self.now_fn()  # before the lease is stamped: our local view ends no later than the server's
-            row = conn.execute(q("leader_new_term"), {
+            row = conn.execute(_LEADERSHIP["leader_new_term"], {
                 "orchestrator_id": self.orchestrator_id, "lease_seconds": self.lease_seconds, "at": self.clock(),
             }).fetchone()
         assert row is not None  # the row is locked and exists (migration 0015)
@@ -187,7 +178,7 @@ class Elector:
                     return term
                 self._beat(conn, "standby", None)
                 if not announced:
-                    leader = conn.execute(q("leader_epoch")).fetchone()
+                    leader = conn.execute(_LEADERSHIP["leader_epoch"]).fetchone()
                     log.info("standing by: %s leads (term %s)", leader and leader["leader_id"], leader and leader["epoch"])
                     announced = True
             except Exception as exc:  # noqa: BLE001 - a standby outlives any error
@@ -207,11 +198,11 @@ class Elector:
         sent_at = self.now_fn()
         if term.lapsed():
             log.error("term %d: lease lapsed before it could be renewed (frozen or cut off): stepping down", term.epoch)
-        elif conn.execute(q("leader_renew"), {"epoch": term.epoch, "lease_seconds": self.lease_seconds, "at": self.clock()}).fetchone():
+        elif conn.execute(_LEADERSHIP["leader_renew"], {"epoch": term.epoch, "lease_seconds": self.lease_seconds, "at": self.clock()}).fetchone():
             term.renewed(sent_at)
             return True
         else:
-            row = conn.execute(q("leader_epoch")).fetchone()
+            row = conn.execute(_LEADERSHIP["leader_epoch"]).fetchone()
             log.error("term %d lost (now term %s, led by %s): stepping down", term.epoch, row and row["epoch"], row and row["leader_id"])
         term.ended.set()
         return False
@@ -238,8 +229,8 @@ class Elector:
         if self._conn is not None and not self._conn.closed:
             try:
                 if self.term is not None:
-                    self._conn.execute(q("leader_release"), {"epoch": self.term.epoch})
-                self._conn.execute(q("orchestrator_gone"), {"orchestrator_id": self.orchestrator_id})
+                    self._conn.execute(_LEADERSHIP["leader_release"], {"epoch": self.term.epoch})
+                self._conn.execute(_LEADERSHIP["orchestrator_gone"], {"orchestrator_id": self.orchestrator_id})
             except psycopg.Error:
                 pass
         self._drop()
@@ -248,4 +239,4 @@ class Elector:
 def orchestrators(conn: db.Conn | None = None) -> list[dict[str, Any]]:
     """Every orchestrator that beat lately: id, host, pid, role (leader, standby, deposed, lapsed), epoch, silent_seconds."""
     with db.transaction(conn) as c:
-        return list(c.execute(q("orchestrators_list")).fetchall())
+        return list(c.execute(_LEADERSHIP["orchestrators_list"]).fetchall())

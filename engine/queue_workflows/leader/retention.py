@@ -13,22 +13,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from functools import cache
-from importlib import resources
 
 from queue_workflows import config, db
 from queue_workflows.common.listening import run_listening
-from queue_workflows.queries import parse_named_queries
+from queue_workflows.common import sqlfile
 
 log = logging.getLogger(__name__)
 
-FINISHED = ("prune_ingest_jobs", "prune_node_jobs", "prune_runs")
-EVENTS = ("prune_job_events", "prune_dispatch_events")
-
-
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("retention.sql").read_text())
+_RETENTION = sqlfile.load("queue_workflows.leader", "retention.sql")
+FINISHED = {"prune_ingest_jobs": _RETENTION["prune_ingest_jobs"], "prune_node_jobs": _RETENTION["prune_node_jobs"],
+            "prune_runs": _RETENTION["prune_runs"]}
+EVENTS = {"prune_job_events": _RETENTION["prune_job_events"], "prune_dispatch_events": _RETENTION["prune_dispatch_events"]}
 
 
 def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:
@@ -38,8 +33,8 @@ def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:
     for names, keep in ((FINISHED, settings.retain_finished_seconds), (EVENTS, settings.retain_events_seconds)):
         if keep <= 0:
             continue
-        for name in names:
-            deleted[name] = conn.execute(_queries()[name], {"keep_seconds": keep, "batch": batch}).rowcount
+        for name, statement in names.items():
+            deleted[name] = conn.execute(statement, {"keep_seconds": keep, "batch": batch}).rowcount
     return deleted
 
 

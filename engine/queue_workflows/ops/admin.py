@@ -11,13 +11,17 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from queue_workflows import config, db, queries
+from queue_workflows import config, db
 from queue_workflows.leader import leadership
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from queue_workflows.payloads import check_text, shown
 from queue_workflows.queries import JobTable
+from queue_workflows.common import sqlfile
+
+_ADMIN = sqlfile.load("queue_workflows.ops", "admin.sql")
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 
 FAMILIES: dict[str, JobTable] = {"ingest": INGEST_TABLE, "node": NODE_TABLE}
 STATUSES = tuple(s.value for s in JobStatus)
@@ -39,7 +43,7 @@ def resolve(ref: str, conn: db.Conn | None = None) -> tuple[JobTable, dict[str, 
         raise InvalidNameError(f"job reference {shown(ref)} is invalid: use ID, ingest:ID or node:ID")
     family, job_id = match.group(1), int(match.group(2))
     tables = [FAMILIES[family]] if family else [INGEST_TABLE, NODE_TABLE]
-    found = [(t, rows[0]) for t in tables if (rows := _rows(conn, queries.query("get_job", t), {"job_id": job_id}))]
+    found = [(t, rows[0]) for t in tables if (rows := _rows(conn, _ADMIN.sql("get_job", t), {"job_id": job_id}))]
     if not found:
         raise JobNotFoundError(f"no job {ref}")
     if len(found) > 1:
@@ -53,7 +57,7 @@ def queue_overview(conn: db.Conn | None = None) -> list[dict[str, Any]]:
     families = (("node", NODE_TABLE, NODE_QUEUES), ("ingest", INGEST_TABLE, config.current().settings.ingest_queues))
     for family, table, known in families:
         per: dict[str, dict[str, Any]] = {q: {"family": family, "queue": q, **{s: 0 for s in STATUSES}, "oldest_queued_s": None} for q in sorted(known)}
-        for row in _rows(conn, queries.query("queue_counts", table), {}):
+        for row in _rows(conn, _JOBS.sql("queue_counts", table), {}):
             entry = per.setdefault(row["queue"], {"family": family, "queue": row["queue"], **{s: 0 for s in STATUSES}, "oldest_queued_s": None})
             entry[row["status"]] = row["n"]
             if row["oldest_queued_s"] is not None:
@@ -63,7 +67,7 @@ def queue_overview(conn: db.Conn | None = None) -> list[dict[str, Any]]:
 
 
 def worker_list(conn: db.Conn | None = None) -> list[dict[str, Any]]:
-    return _rows(conn, queries.query("worker_list"), {})
+    return _rows(conn, _ADMIN.sql("worker_list"), {})
 
 
 def orchestrator_list(conn: db.Conn | None = None) -> list[dict[str, Any]]:
@@ -78,13 +82,13 @@ def list_jobs(queue: str | None = None, status: str | None = None, limit: int = 
         check_text(queue, what="queue", max_chars=32)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidPayloadError(f"limit must be an integer from 1 to 10000, not {shown(limit)}")
-    return _rows(conn, queries.query("list_jobs"), {"queue": queue, "status": status, "limit": limit})
+    return _rows(conn, _ADMIN.sql("list_jobs"), {"queue": queue, "status": status, "limit": limit})
 
 
 def job_detail(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
     """The job's row (as `job`), its family, and its events off the happy path, oldest first."""
     table, row = resolve(ref, conn)
-    events = _rows(conn, queries.query("job_events_for"), {"job_table": table, "job_id": row["id"]})
+    events = _rows(conn, _ADMIN.sql("job_events_for"), {"job_table": table, "job_id": row["id"]})
     family = "ingest" if table == INGEST_TABLE else "node"
     return {"family": family, "ref": f"{family}:{row['id']}", "job": row, "events": events}
 
@@ -95,7 +99,7 @@ def cancel_job(ref: str, *, reason: str | None = None, conn: db.Conn | None = No
         check_text(reason, what="reason", max_chars=200)
     table, row = resolve(ref, conn)
     note = f"cancelled by the operator: {reason}" if reason else None
-    done = _rows(conn, queries.query("cancel_job", table), {"job_id": row["id"], "reason": note})
+    done = _rows(conn, _ADMIN.sql("cancel_job", table), {"job_id": row["id"], "reason": note})
     if not done:
         raise JobNotFoundError(f"job {ref} is {row['status']}: only scheduled, queued or running jobs can be cancelled")
     return done[0]
@@ -112,11 +116,11 @@ def retry_job(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
         table, row = resolve(ref, c)
         run_id = row.get("run_id") if table == NODE_TABLE else None
         if run_id is not None:
-            run = cur.execute(queries.query("lock_run_of_node_job"), {"run_id": run_id}).fetchone()
+            run = cur.execute(_ADMIN.sql("lock_run_of_node_job"), {"run_id": run_id}).fetchone()
             if run is not None and run["status"] in ("failed", "cancelled"):
                 raise JobNotFoundError(f"job {ref} is a node of workflow run {run_id}, which is {run['status']}: a node of an ended run "
                                        f"cannot be retried alone; restart the run instead (qw restart {run_id})")
-        done = cur.execute(queries.query("operator_retry_job", table), {"job_id": row["id"]}).fetchall()
+        done = cur.execute(_ADMIN.sql("operator_retry_job", table), {"job_id": row["id"]}).fetchall()
     if not done:
         raise JobNotFoundError(f"job {ref} is {row['status']}: only failed or cancelled jobs can be retried")
     return done[0]
@@ -131,5 +135,5 @@ def list_runs(status: str | None = None, limit: int = 50, conn: db.Conn | None =
         raise InvalidPayloadError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {shown(status)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidPayloadError(f"limit must be an integer from 1 to 10000, not {shown(limit)}")
-    return _rows(conn, queries.query("list_runs"), {"status": status, "limit": limit})
+    return _rows(conn, _ADMIN.sql("list_runs"), {"status": status, "limit": limit})
 

@@ -6,33 +6,26 @@ They live in the engine so a service never writes SQL of its own; each is one na
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from queue_workflows import db
+from queue_workflows.common import sqlfile
 from queue_workflows.ops.admin import STATUSES
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from queue_workflows.payloads import check_text, shown
-from queue_workflows.queries import parse_named_queries
 from queue_workflows.telemetry.store import loaded_models
 from queue_workflows.jobrow import JobStatus
+
+_OVERVIEW = sqlfile.load("queue_workflows.ops", "overview.sql")
 
 __all__ = ["empty_throughput", "run_graph", "search_jobs", "throughput", "worker_overview"]
 
 
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("overview.sql").read_text())
-
-
-def _rows(conn: db.Conn | None, name: str, params: dict[str, Any], table: str | None = None) -> list[dict[str, Any]]:
-    text = sql.SQL(_queries()[name])
-    statement = text.format(table=sql.Identifier(table)) if table is not None else text
+def _rows(conn: db.Conn | None, statement: sql.SQL | sql.Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
     with db.transaction(conn) as c:
         return c.cursor(row_factory=dict_row).execute(statement, params).fetchall()
 
@@ -52,7 +45,7 @@ def worker_overview(conn: db.Conn | None = None) -> list[dict[str, Any]]:
     `absent` for a switch no live process answers to; `desired_state` is 'on' with no row.
     """
     out = []
-    for row in _rows(conn, "overview_workers", {}):
+    for row in _rows(conn, _OVERVIEW.sql("overview_workers"), {}):
         family = "node" if row["queue"] in NODE_QUEUES else "ingest"
         row["display_state"] = _display_state(row)
         row["models"] = loaded_models(row.pop("heartbeat"))
@@ -69,7 +62,7 @@ def throughput(conn: db.Conn | None = None) -> dict[str, dict[str, Any]]:
     """Per queue: jobs completed in the last 1, 5 and 15 minutes, failed in the last 15, and completions per minute (oldest first)."""
     out: dict[str, dict[str, Any]] = {}
     for table in (NODE_TABLE, INGEST_TABLE):
-        for row in _rows(conn, "overview_throughput", {}, table):
+        for row in _rows(conn, _OVERVIEW.sql("overview_throughput", table), {}):
             entry = out.setdefault(row["queue"], empty_throughput())
             minute, n = min(max(int(row["minutes_ago"]), 0), THROUGHPUT_MINUTES - 1), int(row["n"])
             if row["status"] == JobStatus.FAILED:
@@ -91,11 +84,11 @@ def run_graph(run_id: int, conn: db.Conn | None = None) -> dict[str, Any] | None
     """A run and every node of its definition with its dependencies, state, attempts and timing; None if no such run."""
     if isinstance(run_id, bool) or not isinstance(run_id, int):
         raise InvalidPayloadError(f"run id must be an integer, not {shown(run_id)}")
-    runs = _rows(conn, "overview_run", {"run_id": run_id})
+    runs = _rows(conn, _OVERVIEW.sql("overview_run"), {"run_id": run_id})
     if not runs:
         return None
     run = runs[0]
-    rows = {r["node_name"]: r for r in _rows(conn, "overview_run_nodes", {"run_id": run_id})}
+    rows = {r["node_name"]: r for r in _rows(conn, _OVERVIEW.sql("overview_run_nodes"), {"run_id": run_id})}
     defined = (run.pop("definition") or {}).get("nodes", [])
     nodes = []
     for spec in defined or [{"id": name} for name in rows]:
@@ -120,4 +113,4 @@ def search_jobs(queue: str | None = None, status: str | None = None, task: str |
         check_text(task, what="task", max_chars=200)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidPayloadError(f"limit must be an integer from 1 to 10000, not {shown(limit)}")
-    return _rows(conn, "overview_search_jobs", {"queue": queue, "status": status, "task": task, "limit": limit})
+    return _rows(conn, _OVERVIEW.sql("overview_search_jobs"), {"queue": queue, "status": status, "task": task, "limit": limit})

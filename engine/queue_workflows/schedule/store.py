@@ -14,11 +14,15 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
-from queue_workflows import config, db, node_queue, queries
+from queue_workflows import config, db, node_queue
 from queue_workflows.jobstore import Row
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire, reason
+from queue_workflows.common import sqlfile
+
+_SCHEDULE = sqlfile.load("queue_workflows.schedule", "schedule.sql")
 
 RUN_KINDS = ("slot", "catch_up")
 ALL_KINDS = ("slot", "catch_up", "boot")
@@ -54,7 +58,7 @@ class SlotStore:
 
     def db_now(self) -> datetime:
         with self._connection() as conn:
-            row = conn.execute(queries.query("schedule_now")).fetchone()
+            row = conn.execute(_SCHEDULE.sql("schedule_now")).fetchone()
         assert row is not None
         now: datetime = row["now"]
         return now
@@ -62,18 +66,18 @@ class SlotStore:
     def last_slots(self, kinds: tuple[str, ...] = RUN_KINDS) -> dict[str, Row]:
         """Per entry name, its latest ledger row of `kinds`."""
         with self._connection() as conn:
-            rows = conn.execute(queries.query("schedule_last_slots"), {"kinds": list(kinds)}).fetchall()
+            rows = conn.execute(_SCHEDULE.sql("schedule_last_slots"), {"kinds": list(kinds)}).fetchall()
         return {row["entry_name"]: row for row in rows}
 
     def fire(self, entry: ScheduleEntry, fire: Fire) -> Row | None:
         """Take `fire.slot` for `entry` and enqueue its job, in one transaction; None if already taken."""
-        return self._claim_and_enqueue("schedule_claim_slot", entry, fire, {})
+        return self._claim_and_enqueue(_SCHEDULE.sql("schedule_claim_slot"), entry, fire, {})
 
     def boot(self, entry: ScheduleEntry, fire: Fire, window_seconds: float) -> Row | None:
         """The boot kick, unless one for `entry` ran within `window_seconds` of `fire.slot`; serialised per entry."""
-        return self._claim_and_enqueue("schedule_claim_boot", entry, fire, {"window_seconds": window_seconds}, lock=True)
+        return self._claim_and_enqueue(_SCHEDULE.sql("schedule_claim_boot"), entry, fire, {"window_seconds": window_seconds}, lock=True)
 
-    def _claim_and_enqueue(self, query: str, entry: ScheduleEntry, fire: Fire, extra: dict[str, Any], lock: bool = False) -> Row | None:
+    def _claim_and_enqueue(self, claim: sql.SQL | sql.Composed, entry: ScheduleEntry, fire: Fire, extra: dict[str, Any], lock: bool = False) -> Row | None:
         params = {
             "entry_name": entry.name,
             "slot_time": fire.slot,
@@ -85,15 +89,15 @@ class SlotStore:
         }
         with self._connection() as conn, conn.transaction():
             if lock:
-                conn.execute(queries.query("schedule_lock_entry"), params)
-            if conn.execute(queries.query(query), params).fetchone() is None:
+                conn.execute(_SCHEDULE.sql("schedule_lock_entry"), params)
+            if conn.execute(claim, params).fetchone() is None:
                 return None
             args = dict(entry.args) if entry.args is not None else None
             job = node_queue.enqueue_ingest_job(entry.task_name, entry.queue, args, reason=reason(entry.name, fire), conn=conn)
-            conn.execute(queries.query("schedule_set_job"), {**params, "job_id": job["id"]})
+            conn.execute(_SCHEDULE.sql("schedule_set_job"), {**params, "job_id": job["id"]})
         return job
 
     def prune(self, before: datetime) -> int:
         """Delete ledger rows older than `before`, keeping each entry's latest slot."""
         with self._connection() as conn:
-            return conn.execute(queries.query("schedule_prune"), {"before": before}).rowcount
+            return conn.execute(_SCHEDULE.sql("schedule_prune"), {"before": before}).rowcount

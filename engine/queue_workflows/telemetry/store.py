@@ -8,15 +8,13 @@ cluster-wide (any sidecar reports the same), read with one statement per table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
-from psycopg import sql
-
 from queue_workflows import db
-from queue_workflows.queries import parse_named_queries
+from queue_workflows.common import sqlfile
 from queue_workflows.telemetry import snapshot
+
+_TELEMETRY = sqlfile.load("queue_workflows.telemetry", "telemetry.sql")
 
 FAMILIES = (("node", "workflow_node_jobs"), ("ingest", "ingest_jobs"))
 MODEL_COLUMNS = ("loaded_models", "warm_models", "models", "current_model")  # the first a heartbeat row has
@@ -24,35 +22,25 @@ MAX_MODELS_PER_WORKER = 64
 OUTCOME_LAG_SECONDS = 5.0
 
 
-@cache
-def _queries() -> dict[str, str]:
-    return parse_named_queries(resources.files("queue_workflows.sql").joinpath("telemetry.sql").read_text())
-
-
-def q(name: str, table: str | None = None) -> sql.SQL | sql.Composed:
-    text = sql.SQL(_queries()[name])
-    return text if table is None else text.format(table=sql.Identifier(table))
-
-
 def prepare_session(conn: db.Conn, *, statement_timeout_s: float) -> None:
-    conn.execute(q("telemetry_session"), {"statement_timeout_ms": str(max(1, int(statement_timeout_s * 1000)))})
+    conn.execute(_TELEMETRY.sql("telemetry_session"), {"statement_timeout_ms": str(max(1, int(statement_timeout_s * 1000)))})
 
 
 def publish(conn: db.Conn, payload: dict[str, Any]) -> str:
     """Upsert the host's row with the full snapshot and NOTIFY the (possibly trimmed) one; returns what was sent."""
     message = snapshot.for_notify(payload)
     with conn.transaction():
-        conn.execute(q("host_metrics_upsert"), {
+        conn.execute(_TELEMETRY.sql("host_metrics_upsert"), {
             "host_label": payload["host"], "payload_version": payload["v"],
             "payload": snapshot.encode(payload), "sampled_at": payload["ts"],
         })
-        conn.execute(q("host_metrics_notify"), {"payload": message})
+        conn.execute(_TELEMETRY.sql("host_metrics_notify"), {"payload": message})
     return message
 
 
 def latest(conn: db.Conn) -> list[dict[str, Any]]:
     """Every host's last snapshot, for a late joiner."""
-    return conn.execute(q("host_metrics_latest")).fetchall()
+    return conn.execute(_TELEMETRY.sql("host_metrics_latest")).fetchall()
 
 
 @dataclass(frozen=True)
@@ -66,11 +54,11 @@ class QueueFigures:
 def read_queue_figures(conn: db.Conn, *, stale_after_seconds: float) -> QueueFigures:
     figures = QueueFigures()
     for family, table in FAMILIES:
-        for row in conn.execute(q("metrics_queue_depth", table)):
+        for row in conn.execute(_TELEMETRY.sql("metrics_queue_depth", table)):
             figures.jobs[(family, row["queue"], row["status"])] = row["n"]
             if row["oldest_s"] is not None:
                 figures.oldest_queued_s[(family, row["queue"])] = max(0.0, row["oldest_s"])
-    for row in conn.execute(q("metrics_live_workers"), {"stale_after_seconds": stale_after_seconds}):
+    for row in conn.execute(_TELEMETRY.sql("metrics_live_workers"), {"stale_after_seconds": stale_after_seconds}):
         key = (row["host_label"], row["queue"])
         figures.live_workers[key] = figures.live_workers.get(key, 0) + 1
         for model in loaded_models(row["row"]):
@@ -118,7 +106,7 @@ class OutcomeCounter:
         self._since: float | None = None
 
     def advance(self, conn: db.Conn) -> None:
-        row = conn.execute(q("metrics_db_now"), {"lag_seconds": self.lag_seconds}).fetchone()
+        row = conn.execute(_TELEMETRY.sql("metrics_db_now"), {"lag_seconds": self.lag_seconds}).fetchone()
         until = float(row["until"]) if row else 0.0
         if self._since is None:  # start counting now: jobs finished before the sidecar are not its to count
             self._since = until
@@ -129,7 +117,7 @@ class OutcomeCounter:
         spent: list[tuple[tuple[str, str, str], float]] = []
         with conn.transaction():
             for family, table in FAMILIES:
-                for r in conn.execute(q("metrics_finished_between", table), {"since": self._since, "until": until}):
+                for r in conn.execute(_TELEMETRY.sql("metrics_finished_between", table), {"since": self._since, "until": until}):
                     counted.append(((family, r["queue"], r["status"]), r["n"]))
                     spent.extend(((family, r["queue"], cost), float(r[cost])) for cost in COSTS)
         for key, n in counted:  # only once every table was read: a failure mid-way counts nothing twice

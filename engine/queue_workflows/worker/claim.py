@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from queue_workflows import app_loader, config, db, jobstore, node_queue, queries
+from queue_workflows import app_loader, config, db, jobstore, node_queue
 from queue_workflows.worker import exits, progress
 from queue_workflows.common.backoff import retry_delay
 from queue_workflows.dag import execute
@@ -37,6 +37,9 @@ from queue_workflows.queries import JobTable
 from queue_workflows.common.text import first_line
 from queue_workflows.worker.session import SessionClosed, WorkerSession
 from queue_workflows.worker.usage import Usage, UsageMeter
+from queue_workflows.common import sqlfile
+
+_WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ class ClaimWorker:
                 exits.kill_job_processes()  # the job's own children must not run on once it is handed back
                 with db.connect(autocommit=True, url=self.url) as conn:
                     released = jobstore.release(conn, self.table, [job_id], self.worker_id)
-                    conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
+                    conn.execute(_WORKER.sql("delete_heartbeat"), {"worker_id": self.worker_id})
                 log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
             finally:
                 logging.shutdown()

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import psycopg
 
-from queue_workflows import db, queries
+from queue_workflows import db
+from queue_workflows.common import sqlfile
+
+_WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 BATON_NAMESPACE = 0x5159  # beside the worker sessions' 0x5157
 
@@ -42,7 +45,7 @@ class IdleBaton:
         if self.held_on(conn):
             return True
         with conn.transaction():  # the wait's lock_timeout ends with it
-            row = conn.execute(queries.query("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}).fetchone()
+            row = conn.execute(_WORKER.sql("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}).fetchone()
         if not (row and row["taken"]):
             discard_backlog(conn)  # not ours to act on; and psycopg would keep them all
             return False
@@ -55,7 +58,7 @@ class IdleBaton:
         if self.held_on(conn):
             self._holder = None
             try:
-                conn.execute(queries.query("release_idle_baton"), self.params)
+                conn.execute(_WORKER.sql("release_idle_baton"), self.params)
             except psycopg.OperationalError:
                 pass  # the session is gone, and the lock with it; the job just claimed must not be retried
         elif self._holder is not None and self._holder.closed:

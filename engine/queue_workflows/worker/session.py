@@ -19,9 +19,12 @@ import psycopg
 from psycopg import sql
 
 from queue_workflows.common.text import first_line
-from queue_workflows import db, queries
+from queue_workflows import db
 from queue_workflows.common.backoff import Backoff
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
+from queue_workflows.common import sqlfile
+
+_WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,7 +36,7 @@ class SessionClosed(Exception):
 
 def hold_worker_lock(conn: db.Conn, key: int) -> None:
     """Take the worker's lock (shared) on `conn`; it lasts as long as that connection."""
-    row = conn.execute(queries.query("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
+    row = conn.execute(_WORKER.sql("acquire_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
     if not (row and row["acquired"]):
         raise psycopg.OperationalError(f"worker lock {key} is held exclusively by another session")
 
@@ -83,7 +86,7 @@ class WorkerSession:
         conn = db.connect(autocommit=True, url=self.url)
         try:
             if self.lock_key is None:
-                self.lock_key = int(conn.execute(queries.query("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
+                self.lock_key = int(conn.execute(_WORKER.sql("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
             hold_worker_lock(conn, self.lock_key)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             return conn

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from queue_workflows import queries
 from queue_workflows.jobstore import Statement
 from queue_workflows.queries import JobTable
+from queue_workflows.common import sqlfile
+
+_WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Usage:
     def statement(self, table: JobTable, job_id: int, worker_id: str) -> Statement:
         """Stamp the running job's row (before its terminal mark, in the same transaction)."""
         params: dict[str, Any] = {"job_id": job_id, "worker_id": worker_id, **self.__dict__}
-        return queries.query("record_usage", table), params
+        return _WORKER.sql("record_usage", table), params
 
 
 def _cpu() -> float:

@@ -18,9 +18,12 @@ from collections.abc import Callable
 
 import psycopg
 
-from queue_workflows import db, queries
+from queue_workflows import db
 from queue_workflows.common.text import first_line
 from queue_workflows.worker.batch.ledger import BatchLedger
+from queue_workflows.common import sqlfile
+
+_BATCH = sqlfile.load("queue_workflows.worker.batch", "batch.sql")
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class ProgressWriter(threading.Thread):
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = db.connect(autocommit=True, url=self.url)
-                db.one_round_trip(self._conn, [(queries.query("async_commit"), {}), *ledger.statements(progress)])
+                db.one_round_trip(self._conn, [(_BATCH.sql("async_commit"), {}), *ledger.statements(progress)])
             except BaseException as exc:
                 ledger.recorded(None)
                 if isinstance(exc, psycopg.OperationalError):

@@ -39,6 +39,10 @@ from queue_workflows.common.text import first_line
 from queue_workflows.worker.batch.ledger import BatchLedger
 from queue_workflows.worker.batch.progress import ProgressWriter
 from queue_workflows.worker.batch.runner import BatchRunner, Job, Mode
+from queue_workflows.common import sqlfile
+
+_BATCH = sqlfile.load("queue_workflows.worker.batch", "batch.sql")
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ MAX_BATCH = 1000
 def claim_batch_query(table: JobTable, claim_order: str) -> sql.Composed:
     """`claim_batch`, ordered like the one-job claim (fixed fragments only; no model affinity: no gpu here)."""
     order = sql.SQL(", ").join([queries.PRIORITY_ORDER[claim_order], queries.CREATED_ORDER])
-    return sql.SQL(queries.raw("claim_batch")).format(table=sql.Identifier(table), order_by=order)
+    return sql.SQL(_BATCH["claim_batch"]).format(table=sql.Identifier(table), order_by=order)
 
 
 class BatchWorker(ClaimWorker):
@@ -165,7 +169,7 @@ class BatchWorker(ClaimWorker):
 
     def _record_start(self, conn: Any, ledger: BatchLedger, job_id: int) -> int | None:
         """The batch's progress and this row's start, one round trip not waiting for the disk: its attempt, or None if not ours."""
-        start = (queries.query("start_batch_row", self.table), {"job_id": job_id, "worker_id": self.worker_id})
+        start = (_BATCH.sql("start_batch_row", self.table), {"job_id": job_id, "worker_id": self.worker_id})
         with self._write_lock:  # taken inside the session's own lock, as _store_batch does
             progress = ledger.progress()
             try:
@@ -180,7 +184,7 @@ class BatchWorker(ClaimWorker):
         return None if row is None else int(row["attempts"])
 
     def _charge_statement(self, ids: list[int]) -> jobstore.Statement:
-        return queries.query("charge_batch_rows", self.table), {"ids": ids, "worker_id": self.worker_id}
+        return _BATCH.sql("charge_batch_rows", self.table), {"ids": ids, "worker_id": self.worker_id}
 
     def _store_progress_alone(self, conn: Any, ledger: BatchLedger) -> None:
         """After a refused write: the charges, then each finished row on its own."""
@@ -231,10 +235,10 @@ class BatchWorker(ClaimWorker):
         unstarted = [j.id for j, o in zip(jobs, outcomes) if o is None]
         if done:
             ids, results = zip(*done)
-            statements.append((queries.query("complete_batch", self.table),
+            statements.append((_BATCH.sql("complete_batch", self.table),
                                {"ids": list(ids), "results": list(results), "worker_id": self.worker_id}))
         if unstarted:
-            statements.append((queries.query("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
+            statements.append((_JOBS.sql("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
         for job, outcome in zip(jobs, outcomes):
             if outcome is not None and outcome.status == JobStatus.FAILED:
                 statements.extend(self._failure_statements(job, outcome.error or ""))

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from queue_workflows import db, jobstore, queries
+from queue_workflows import db, jobstore
 from queue_workflows.common.backoff import Backoff
 from queue_workflows.control.api import control_for
 from queue_workflows.control.device import check_device_if_pending
@@ -36,6 +36,9 @@ from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip
+from queue_workflows.common import sqlfile
+
+_WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +164,7 @@ class LivenessBeat(threading.Thread):
         conn = self._conn
         if conn is not None and not conn.closed:
             try:
-                conn.execute(queries.query("delete_heartbeat"), {"worker_id": self.worker_id})
+                conn.execute(_WORKER.sql("delete_heartbeat"), {"worker_id": self.worker_id})
             except psycopg.Error as exc:
                 log.debug("liveness: heartbeat row not removed: %s", first_line(exc))
             conn.close()
@@ -299,7 +302,7 @@ class LivenessBeat(threading.Thread):
             "current_job_id": job.job_id if job else None,
         }
         params.update(self.gpu_fields())
-        conn.execute(queries.query("upsert_heartbeat"), params)
+        conn.execute(_WORKER.sql("upsert_heartbeat"), params)
         self.health.touch(f"worker {self.worker_id} ({params['state']}) beat")
 
     def _job_taken(self, job: CurrentJob, why: str) -> None:

@@ -15,11 +15,14 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
-from queue_workflows import queries
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
 from queue_workflows.queries import JobTable
 from queue_workflows.common.text import first_line
 from queue_workflows.worker.liveness.watchdogs import Trip
+from queue_workflows.common import sqlfile
+
+_CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 
 log = logging.getLogger(__name__)
 
@@ -99,19 +102,19 @@ def _write(
     with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5,
                          options="-c statement_timeout=5000") as conn, conn.transaction():
         if device_check is not None:
-            conn.execute(queries.query("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
+            conn.execute(_CONTROL.sql("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
         if job is None:
             return ""
         if job.rows is not None:
             return _write_batch(conn, job, job.rows, trip, statement, worker_id=worker_id, max_trips=max_trips)
         others = job.ids[1:]
         if others:  # a batch's other rows: handed back uncharged (rows no longer ours are left alone)
-            conn.execute(queries.query("release_job", job.table), {"ids": others, "worker_id": worker_id})
+            conn.execute(_JOBS.sql("release_job", job.table), {"ids": others, "worker_id": worker_id})
         if statement is None:
             return f"; {len(others)} other row(s) of its batch handed back" if others else ""
         params = {"job_id": job.job_id, "ids": [job.job_id], "worker_id": worker_id, "max_trips": max_trips,
                   "error": f"stopped by the worker (exit {trip.code}): {trip.reason}"}
-        row = conn.execute(queries.query(statement, job.table), params).fetchone()
+        row = conn.execute(_JOBS.sql("release_job" if statement == "release_job" else "watchdog_trip", job.table), params).fetchone()
     if row is None:
         return "; it was no longer ours"
     if statement == "release_job":
@@ -134,14 +137,14 @@ def _write_batch(
     except psycopg.DatabaseError as exc:  # the rest still goes back; these rows' lease returns them
         log.error("job %s: its batch's finished rows could not be stored (%s)", job.job_id, first_line(exc))
         finished = []
-    release = queries.query("release_job", job.table)
+    release = _JOBS.sql("release_job", job.table)
     if unstarted:
         conn.execute(release, {"ids": unstarted, "worker_id": worker_id})
     error = f"stopped by the worker (exit {trip.code}): {trip.reason}"
     if statement == "watchdog_trip":
         for job_id in running:
             params = {"job_id": job_id, "worker_id": worker_id, "max_trips": max_trips, "error": error}
-            conn.execute(queries.query(statement, job.table), params)
+            conn.execute(_JOBS.sql("watchdog_trip", job.table), params)
     elif running:
         conn.execute(release, {"ids": running, "worker_id": worker_id})
     return (f"; batch: {len(finished)} finished write(s) stored, {len(unstarted)} unstarted row(s) handed back, "

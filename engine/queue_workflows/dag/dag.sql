@@ -165,10 +165,15 @@ VALUES (%(run_id)s, %(node_name)s, %(value)s)
 RETURNING id;
 
 -- name: dag_claim_submissions
+-- The LIMITed pick is fenced (MATERIALIZED: run once), as in claim_batch.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM workflow_input_submissions
+     WHERE status = 'pending' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
 UPDATE workflow_input_submissions s
    SET status = 'processing', claimed_by = %(listener)s, claimed_at = now(), attempts = s.attempts + 1
- WHERE s.id IN (SELECT id FROM workflow_input_submissions
-                 WHERE status = 'pending' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+  FROM picked
+ WHERE s.id = picked.id
 RETURNING s.*;
 
 -- name: dag_get_submission
@@ -211,3 +216,7 @@ UPDATE workflow_input_submissions
        claimed_by = NULL, claimed_at = NULL
  WHERE status = 'processing' AND claimed_at < now() - make_interval(secs => %(stale_seconds)s)
 RETURNING id, status;
+
+-- name: dag_running_nodes
+-- The run's nodes still running after a cancel: their workers hear of it and stop.
+SELECT node_name FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status = 'running' ORDER BY id;

@@ -1,0 +1,744 @@
+-- The engine's schema as migrations 0001-0033 leave a fresh database (pg_dump --schema-only).
+-- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
+-- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
+
+CREATE FUNCTION public.qw_cancelled_run_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    run_status text;
+BEGIN
+    SELECT status INTO run_status FROM workflow_runs WHERE id = NEW.run_id;
+    IF run_status IN ('cancelled', 'failed') THEN
+        NEW.status := 'cancelled';
+        NEW.error := format('cancelled: run %s is %s', NEW.run_id, run_status);
+        NEW.finished_at := now();
+        NEW.claimed_by := NULL;
+        NEW.claim_lock_key := NULL;
+        NEW.lease_expires_at := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('qw_input', NEW.run_id::text);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_job_ready() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], NEW.queue);
+    PERFORM pg_notify('qw_ready_' || NEW.queue, NEW.queue);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_job_revoked() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('qw_job_revoked', OLD.id || ':' || OLD.claimed_by);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_worker_control() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    target record;
+BEGIN
+    IF TG_OP = 'DELETE' THEN target := OLD; ELSE target := NEW; END IF;
+    PERFORM pg_notify('qw_worker_control', target.host_label || ':' || target.queue);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_record_dispatch_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO workflow_dispatch_events (run_id, node_job_id, node_name, kind)
+    VALUES (NEW.run_id, NEW.id, NEW.node_name, NEW.status);
+    PERFORM pg_notify('qw_dispatch', NEW.run_id::text);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_record_job_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO job_events (job_table, job_id, from_status, to_status, attempts, worker_id, error)
+    VALUES (TG_TABLE_NAME, NEW.id, OLD.status, NEW.status, NEW.attempts, OLD.claimed_by,
+            CASE WHEN NEW.error IS DISTINCT FROM OLD.error THEN left(NEW.error, 2000) END);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_schedule_future_job() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.status := 'scheduled';
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.qw_take_idle_baton(namespace integer, queue text, wait_ms integer) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM set_config('lock_timeout', greatest(wait_ms, 1)::text || 'ms', true);
+    PERFORM pg_advisory_lock(namespace, hashtext(queue));
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
+END
+$$;
+
+CREATE TABLE public.gpu_models (
+    model_id text NOT NULL,
+    est_vram_gb double precision,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT gpu_models_est_vram_gb_check CHECK ((est_vram_gb >= (0)::double precision))
+);
+
+CREATE TABLE public.host_metrics (
+    host_label text NOT NULL,
+    payload_version integer NOT NULL,
+    payload jsonb NOT NULL,
+    sampled_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.ingest_jobs (
+    id bigint NOT NULL,
+    task_name text NOT NULL,
+    queue text NOT NULL,
+    args jsonb DEFAULT '{}'::jsonb NOT NULL,
+    reason text DEFAULT 'manual'::text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    result jsonb,
+    error text,
+    attempts integer DEFAULT 0 NOT NULL,
+    run_after timestamp with time zone DEFAULT now() NOT NULL,
+    max_attempts integer DEFAULT 3 NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer DEFAULT 0 NOT NULL,
+    dedup_key text,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    batch_suspect boolean DEFAULT false NOT NULL,
+    CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+);
+
+CREATE SEQUENCE public.ingest_jobs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.ingest_jobs_id_seq OWNED BY public.ingest_jobs.id;
+
+CREATE TABLE public.job_events (
+    id bigint NOT NULL,
+    job_table text NOT NULL,
+    job_id bigint NOT NULL,
+    from_status text,
+    to_status text NOT NULL,
+    attempts integer NOT NULL,
+    worker_id text,
+    error text,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT job_events_job_table_check CHECK ((job_table = ANY (ARRAY['ingest_jobs'::text, 'workflow_node_jobs'::text])))
+);
+
+CREATE SEQUENCE public.job_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.job_events_id_seq OWNED BY public.job_events.id;
+
+CREATE TABLE public.workflow_node_jobs (
+    id bigint NOT NULL,
+    run_id bigint,
+    node_name text NOT NULL,
+    node_module text,
+    queue text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    required_model text,
+    inputs jsonb DEFAULT '{}'::jsonb NOT NULL,
+    context_delta jsonb,
+    error text,
+    attempts integer DEFAULT 0 NOT NULL,
+    run_after timestamp with time zone DEFAULT now() NOT NULL,
+    max_attempts integer DEFAULT 3 NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer DEFAULT 0 NOT NULL,
+    input_refs jsonb,
+    budget_seconds double precision,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    unassignable_reason text,
+    batch_suspect boolean DEFAULT false NOT NULL,
+    CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
+    CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
+    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))
+);
+
+CREATE VIEW public.node_events AS
+ SELECT e.id,
+    j.run_id,
+    j.node_name,
+    e.job_id,
+    e.from_status,
+    e.to_status,
+    e.attempts,
+    e.worker_id,
+    e.error,
+    e.at
+   FROM (public.job_events e
+     JOIN public.workflow_node_jobs j ON (((e.job_table = 'workflow_node_jobs'::text) AND (j.id = e.job_id))))
+  WHERE (j.run_id IS NOT NULL);
+
+CREATE TABLE public.queue_schema_version (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.qw_leadership (
+    id smallint DEFAULT 1 NOT NULL,
+    epoch bigint DEFAULT 0 NOT NULL,
+    leader_id text,
+    since timestamp with time zone,
+    lease_until timestamp with time zone,
+    backend_pid integer,
+    backend_start timestamp with time zone,
+    CONSTRAINT qw_leadership_id_check CHECK ((id = 1))
+);
+
+CREATE TABLE public.qw_orchestrators (
+    orchestrator_id text NOT NULL,
+    hostname text NOT NULL,
+    host_label text NOT NULL,
+    pid integer NOT NULL,
+    role text DEFAULT 'standby'::text NOT NULL,
+    epoch bigint,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    beat_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT qw_orchestrators_role_check CHECK ((role = ANY (ARRAY['leader'::text, 'standby'::text])))
+);
+
+CREATE VIEW public.qw_worker_sessions AS
+ SELECT DISTINCT (objid)::bigint AS lock_key
+   FROM pg_locks l
+  WHERE ((locktype = 'advisory'::text) AND granted AND (objsubid = 2) AND ((classid)::bigint = 20823) AND (database = ( SELECT pg_database.oid
+           FROM pg_database
+          WHERE (pg_database.datname = current_database()))));
+
+CREATE TABLE public.schedule_slots (
+    entry_name text NOT NULL,
+    slot_time timestamp with time zone NOT NULL,
+    kind text NOT NULL,
+    task_name text NOT NULL,
+    queue text NOT NULL,
+    job_id bigint,
+    enqueued_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedule_slots_kind_check CHECK ((kind = ANY (ARRAY['slot'::text, 'catch_up'::text, 'boot'::text])))
+);
+
+CREATE TABLE public.worker_controls (
+    host_label text NOT NULL,
+    queue text NOT NULL,
+    desired_state text DEFAULT 'on'::text NOT NULL,
+    stop_policy text DEFAULT 'hard'::text NOT NULL,
+    requested_by text,
+    reason text,
+    device_check_pending boolean DEFAULT false NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT worker_controls_desired_state_check CHECK ((desired_state = ANY (ARRAY['on'::text, 'off'::text]))),
+    CONSTRAINT worker_controls_stop_policy_check CHECK ((stop_policy = ANY (ARRAY['hard'::text, 'park'::text])))
+);
+
+CREATE TABLE public.worker_heartbeats (
+    worker_id text NOT NULL,
+    host_label text NOT NULL,
+    queue text NOT NULL,
+    pid integer NOT NULL,
+    lock_key integer NOT NULL,
+    state text DEFAULT 'idle'::text NOT NULL,
+    current_job_id bigint,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_seen timestamp with time zone DEFAULT now() NOT NULL,
+    last_flagged_dead_at timestamp with time zone,
+    loaded_models text[] DEFAULT '{}'::text[] NOT NULL,
+    swapping boolean DEFAULT false NOT NULL,
+    vram_total_gb double precision,
+    vram_free_gb double precision,
+    CONSTRAINT worker_heartbeats_state_check CHECK ((state = ANY (ARRAY['idle'::text, 'busy'::text, 'stopping'::text, 'parked'::text, 'throttled'::text])))
+);
+
+CREATE SEQUENCE public.worker_lock_key_seq
+    AS integer
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+    CYCLE;
+
+CREATE TABLE public.workflow_dispatch_events (
+    id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    node_job_id bigint NOT NULL,
+    node_name text NOT NULL,
+    kind text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    last_error text,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    poisoned_at timestamp with time zone,
+    processed_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT workflow_dispatch_events_kind_check CHECK ((kind = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])))
+);
+
+CREATE SEQUENCE public.workflow_dispatch_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_dispatch_events_id_seq OWNED BY public.workflow_dispatch_events.id;
+
+CREATE TABLE public.workflow_input_submissions (
+    id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    node_name text NOT NULL,
+    value jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    error text,
+    claimed_by text,
+    claimed_at timestamp with time zone,
+    processed_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT workflow_input_submissions_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'processing'::text, 'applied'::text, 'rejected'::text])))
+);
+
+CREATE SEQUENCE public.workflow_input_submissions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_input_submissions_id_seq OWNED BY public.workflow_input_submissions.id;
+
+CREATE SEQUENCE public.workflow_node_jobs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_node_jobs_id_seq OWNED BY public.workflow_node_jobs.id;
+
+CREATE TABLE public.workflow_run_actions (
+    id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    action text NOT NULL,
+    node_name text,
+    requested_by text,
+    detail text,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT workflow_run_actions_action_check CHECK ((action = ANY (ARRAY['cancel'::text, 'restart'::text, 'input'::text])))
+);
+
+CREATE SEQUENCE public.workflow_run_actions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_run_actions_id_seq OWNED BY public.workflow_run_actions.id;
+
+CREATE TABLE public.workflow_runs (
+    id bigint NOT NULL,
+    workflow_name text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    params jsonb DEFAULT '{}'::jsonb NOT NULL,
+    context jsonb DEFAULT '{}'::jsonb NOT NULL,
+    parcel_id text,
+    error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    definition jsonb,
+    priority integer DEFAULT 0 NOT NULL,
+    poisoned_at timestamp with time zone,
+    CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+);
+
+CREATE SEQUENCE public.workflow_runs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_runs_id_seq OWNED BY public.workflow_runs.id;
+
+ALTER TABLE ONLY public.ingest_jobs ALTER COLUMN id SET DEFAULT nextval('public.ingest_jobs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.job_events ALTER COLUMN id SET DEFAULT nextval('public.job_events_id_seq'::regclass);
+
+ALTER TABLE ONLY public.workflow_dispatch_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_dispatch_events_id_seq'::regclass);
+
+ALTER TABLE ONLY public.workflow_input_submissions ALTER COLUMN id SET DEFAULT nextval('public.workflow_input_submissions_id_seq'::regclass);
+
+ALTER TABLE ONLY public.workflow_node_jobs ALTER COLUMN id SET DEFAULT nextval('public.workflow_node_jobs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.workflow_run_actions ALTER COLUMN id SET DEFAULT nextval('public.workflow_run_actions_id_seq'::regclass);
+
+ALTER TABLE ONLY public.workflow_runs ALTER COLUMN id SET DEFAULT nextval('public.workflow_runs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.gpu_models
+    ADD CONSTRAINT gpu_models_pkey PRIMARY KEY (model_id);
+
+ALTER TABLE ONLY public.host_metrics
+    ADD CONSTRAINT host_metrics_pkey PRIMARY KEY (host_label);
+
+ALTER TABLE ONLY public.ingest_jobs
+    ADD CONSTRAINT ingest_jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.job_events
+    ADD CONSTRAINT job_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.queue_schema_version
+    ADD CONSTRAINT queue_schema_version_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.qw_leadership
+    ADD CONSTRAINT qw_leadership_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.qw_orchestrators
+    ADD CONSTRAINT qw_orchestrators_pkey PRIMARY KEY (orchestrator_id);
+
+ALTER TABLE ONLY public.schedule_slots
+    ADD CONSTRAINT schedule_slots_pkey PRIMARY KEY (entry_name, slot_time);
+
+ALTER TABLE ONLY public.worker_controls
+    ADD CONSTRAINT worker_controls_pkey PRIMARY KEY (host_label, queue);
+
+ALTER TABLE ONLY public.worker_heartbeats
+    ADD CONSTRAINT worker_heartbeats_pkey PRIMARY KEY (worker_id);
+
+ALTER TABLE ONLY public.workflow_dispatch_events
+    ADD CONSTRAINT workflow_dispatch_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.workflow_input_submissions
+    ADD CONSTRAINT workflow_input_submissions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.workflow_node_jobs
+    ADD CONSTRAINT workflow_node_jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.workflow_node_jobs
+    ADD CONSTRAINT workflow_node_jobs_run_node_key UNIQUE (run_id, node_name);
+
+ALTER TABLE ONLY public.workflow_run_actions
+    ADD CONSTRAINT workflow_run_actions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.workflow_runs
+    ADD CONSTRAINT workflow_runs_pkey PRIMARY KEY (id);
+
+CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+
+CREATE UNIQUE INDEX ingest_jobs_dedup_live_idx ON public.ingest_jobs USING btree (dedup_key) WHERE ((dedup_key IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])));
+
+CREATE INDEX ingest_jobs_dedup_recent_idx ON public.ingest_jobs USING btree (dedup_key, finished_at) WHERE (dedup_key IS NOT NULL);
+
+CREATE INDEX ingest_jobs_finished_idx ON public.ingest_jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
+
+CREATE INDEX ingest_jobs_running_idx ON public.ingest_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+CREATE INDEX ingest_jobs_scheduled_idx ON public.ingest_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
+
+CREATE INDEX job_events_at_idx ON public.job_events USING btree (at);
+
+CREATE INDEX job_events_job_idx ON public.job_events USING btree (job_table, job_id, id);
+
+CREATE INDEX workflow_dispatch_events_pending_idx ON public.workflow_dispatch_events USING btree (next_attempt_at, id) WHERE ((processed_at IS NULL) AND (poisoned_at IS NULL));
+
+CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_events USING btree (processed_at) WHERE (processed_at IS NOT NULL);
+
+CREATE INDEX workflow_dispatch_events_run_idx ON public.workflow_dispatch_events USING btree (run_id);
+
+CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submissions USING btree (status, id) WHERE (status = ANY (ARRAY['pending'::text, 'processing'::text]));
+
+CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
+
+CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+
+CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
+
+CREATE INDEX workflow_node_jobs_model_claim_idx ON public.workflow_node_jobs USING btree (queue, required_model, priority DESC, id) WHERE (status = 'queued'::text);
+
+CREATE INDEX workflow_node_jobs_model_hits_idx ON public.workflow_node_jobs USING btree (required_model, finished_at DESC) WHERE model_hit;
+
+CREATE INDEX workflow_node_jobs_model_loads_idx ON public.workflow_node_jobs USING btree (required_model, finished_at DESC) WHERE (NOT model_hit);
+
+CREATE INDEX workflow_node_jobs_outcome_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
+
+CREATE INDEX workflow_node_jobs_run_idx ON public.workflow_node_jobs USING btree (run_id);
+
+CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
+
+CREATE INDEX workflow_run_actions_run_idx ON public.workflow_run_actions USING btree (run_id, id);
+
+CREATE INDEX workflow_runs_active_idx ON public.workflow_runs USING btree (status) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text]));
+
+CREATE INDEX workflow_runs_finished_idx ON public.workflow_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
+
+CREATE TRIGGER ingest_jobs_ready_on_insert AFTER INSERT ON public.ingest_jobs FOR EACH ROW WHEN ((new.status = 'queued'::text)) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
+
+CREATE TRIGGER ingest_jobs_ready_on_requeue AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status IS DISTINCT FROM 'queued'::text))) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
+
+CREATE TRIGGER ingest_jobs_record_event AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (NOT ((old.status = 'queued'::text) AND (new.status = 'running'::text))) AND (NOT ((old.status = 'running'::text) AND (new.status = 'completed'::text))) AND (NOT ((old.status = 'scheduled'::text) AND (new.status = 'queued'::text))))) EXECUTE FUNCTION public.qw_record_job_event();
+
+CREATE TRIGGER ingest_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.ingest_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (old.claimed_by IS NOT NULL) AND (new.status <> 'completed'::text) AND ((new.status <> 'running'::text) OR (new.claimed_by IS DISTINCT FROM old.claimed_by)))) EXECUTE FUNCTION public.qw_notify_job_revoked();
+
+CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
+
+CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
+
+CREATE TRIGGER workflow_input_submissions_notify AFTER INSERT ON public.workflow_input_submissions FOR EACH ROW EXECUTE FUNCTION public.qw_notify_input_submission();
+
+CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_ins BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'awaiting_input'::text])))) EXECUTE FUNCTION public.qw_cancelled_run_guard();
+
+CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_upd BEFORE UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'awaiting_input'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_cancelled_run_guard();
+
+CREATE TRIGGER workflow_node_jobs_dispatch_event AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_record_dispatch_event();
+
+CREATE TRIGGER workflow_node_jobs_ready_on_insert AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN ((new.status = 'queued'::text)) EXECUTE FUNCTION public.qw_notify_job_ready('node_job_ready');
+
+CREATE TRIGGER workflow_node_jobs_ready_on_requeue AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status IS DISTINCT FROM 'queued'::text))) EXECUTE FUNCTION public.qw_notify_job_ready('node_job_ready');
+
+CREATE TRIGGER workflow_node_jobs_record_event AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (NOT ((old.status = 'queued'::text) AND (new.status = 'running'::text))) AND (NOT ((old.status = 'running'::text) AND (new.status = 'completed'::text))) AND (NOT ((old.status = 'scheduled'::text) AND (new.status = 'queued'::text))))) EXECUTE FUNCTION public.qw_record_job_event();
+
+CREATE TRIGGER workflow_node_jobs_record_marker AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['skipped'::text, 'cancelled'::text]))) EXECUTE FUNCTION public.qw_record_job_event();
+
+CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (old.claimed_by IS NOT NULL) AND (new.status <> 'completed'::text) AND ((new.status <> 'running'::text) OR (new.claimed_by IS DISTINCT FROM old.claimed_by)))) EXECUTE FUNCTION public.qw_notify_job_revoked();
+
+CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
+
+ALTER TABLE ONLY public.workflow_dispatch_events
+    ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_input_submissions
+    ADD CONSTRAINT workflow_input_submissions_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_node_jobs
+    ADD CONSTRAINT workflow_node_jobs_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_run_actions
+    ADD CONSTRAINT workflow_run_actions_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+GRANT USAGE ON SCHEMA public TO qw_worker;
+GRANT USAGE ON SCHEMA public TO qw_orchestrator;
+GRANT USAGE ON SCHEMA public TO qw_scheduler;
+GRANT USAGE ON SCHEMA public TO qw_dashboard;
+GRANT USAGE ON SCHEMA public TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_models TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_models TO qw_orchestrator;
+GRANT SELECT ON TABLE public.gpu_models TO qw_scheduler;
+GRANT SELECT ON TABLE public.gpu_models TO qw_dashboard;
+GRANT SELECT ON TABLE public.gpu_models TO qw_metrics;
+
+GRANT SELECT ON TABLE public.host_metrics TO qw_worker;
+GRANT SELECT ON TABLE public.host_metrics TO qw_orchestrator;
+GRANT SELECT ON TABLE public.host_metrics TO qw_scheduler;
+GRANT SELECT ON TABLE public.host_metrics TO qw_dashboard;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.host_metrics TO qw_metrics;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.ingest_jobs TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs TO qw_orchestrator;
+GRANT SELECT,INSERT ON TABLE public.ingest_jobs TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.ingest_jobs TO qw_dashboard;
+GRANT SELECT ON TABLE public.ingest_jobs TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_events TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_events TO qw_orchestrator;
+GRANT SELECT,INSERT ON TABLE public.job_events TO qw_scheduler;
+GRANT SELECT,INSERT ON TABLE public.job_events TO qw_dashboard;
+GRANT SELECT ON TABLE public.job_events TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.job_events_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.node_events TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.node_events TO qw_orchestrator;
+GRANT SELECT ON TABLE public.node_events TO qw_scheduler;
+GRANT SELECT ON TABLE public.node_events TO qw_dashboard;
+GRANT SELECT ON TABLE public.node_events TO qw_metrics;
+
+GRANT SELECT ON TABLE public.queue_schema_version TO qw_worker;
+GRANT SELECT ON TABLE public.queue_schema_version TO qw_orchestrator;
+GRANT SELECT ON TABLE public.queue_schema_version TO qw_scheduler;
+GRANT SELECT ON TABLE public.queue_schema_version TO qw_dashboard;
+GRANT SELECT ON TABLE public.queue_schema_version TO qw_metrics;
+
+GRANT SELECT ON TABLE public.qw_leadership TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_leadership TO qw_orchestrator;
+GRANT SELECT ON TABLE public.qw_leadership TO qw_scheduler;
+GRANT SELECT ON TABLE public.qw_leadership TO qw_dashboard;
+GRANT SELECT ON TABLE public.qw_leadership TO qw_metrics;
+
+GRANT SELECT ON TABLE public.qw_orchestrators TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_orchestrators TO qw_orchestrator;
+GRANT SELECT ON TABLE public.qw_orchestrators TO qw_scheduler;
+GRANT SELECT ON TABLE public.qw_orchestrators TO qw_dashboard;
+GRANT SELECT ON TABLE public.qw_orchestrators TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_orchestrator;
+GRANT SELECT ON TABLE public.qw_worker_sessions TO qw_scheduler;
+GRANT SELECT ON TABLE public.qw_worker_sessions TO qw_dashboard;
+GRANT SELECT ON TABLE public.qw_worker_sessions TO qw_metrics;
+
+GRANT SELECT ON TABLE public.schedule_slots TO qw_worker;
+GRANT SELECT ON TABLE public.schedule_slots TO qw_orchestrator;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.schedule_slots TO qw_scheduler;
+GRANT SELECT ON TABLE public.schedule_slots TO qw_dashboard;
+GRANT SELECT ON TABLE public.schedule_slots TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_orchestrator;
+GRANT SELECT ON TABLE public.worker_controls TO qw_scheduler;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_dashboard;
+GRANT SELECT ON TABLE public.worker_controls TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_heartbeats TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_heartbeats TO qw_orchestrator;
+GRANT SELECT ON TABLE public.worker_heartbeats TO qw_scheduler;
+GRANT SELECT ON TABLE public.worker_heartbeats TO qw_dashboard;
+GRANT SELECT ON TABLE public.worker_heartbeats TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.worker_lock_key_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.worker_lock_key_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.worker_lock_key_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.worker_lock_key_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_dispatch_events TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_dispatch_events TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_dispatch_events TO qw_scheduler;
+GRANT SELECT,INSERT ON TABLE public.workflow_dispatch_events TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_dispatch_events TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_input_submissions TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_input_submissions TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_input_submissions TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_input_submissions TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_input_submissions TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_dashboard;
+
+GRANT SELECT,USAGE ON SEQUENCE public.workflow_node_jobs_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_node_jobs_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_node_jobs_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.workflow_node_jobs_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_run_actions TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_run_actions TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_run_actions TO qw_scheduler;
+GRANT SELECT,INSERT ON TABLE public.workflow_run_actions TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_run_actions TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.workflow_run_actions_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_run_actions_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_run_actions_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.workflow_run_actions_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_runs TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_runs TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_runs TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_runs TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_runs TO qw_metrics;
+
+GRANT SELECT,USAGE ON SEQUENCE public.workflow_runs_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_runs_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_runs_id_seq TO qw_scheduler;
+GRANT USAGE ON SEQUENCE public.workflow_runs_id_seq TO qw_dashboard;
+
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT ALL ON SEQUENCES TO qw_worker;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT USAGE ON SEQUENCES TO qw_orchestrator;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT USAGE ON SEQUENCES TO qw_dashboard;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT USAGE ON SEQUENCES TO qw_scheduler;
+
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT,INSERT,DELETE,UPDATE ON TABLES TO qw_worker;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT ON TABLES TO qw_metrics;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT,INSERT,DELETE,UPDATE ON TABLES TO qw_orchestrator;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT ON TABLES TO qw_dashboard;
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT ON TABLES TO qw_scheduler;

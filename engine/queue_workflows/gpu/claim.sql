@@ -1,0 +1,122 @@
+-- Named queries of gpu routing (docs/gpu.md): the claim plan's fragments, model rows, unassignable jobs.
+-- `{table}` and `{head_order}` are fixed identifiers and fragments from queue_workflows.queries.
+
+-- name: serialize_gpu_claims
+-- Taken before a routed gpu claim, in its transaction: the claim's plan then sees every earlier
+-- claim committed (a model another worker has just started loading counts as held). The claim's
+-- generic plan is index probes whatever the parameters; without this setting Postgres would
+-- plan the long statement afresh on every claim, which costs more than running it.
+SELECT pg_advisory_xact_lock(%(lock_namespace)s::integer, hashtext(%(queue)s)),
+       set_config('plan_cache_mode', 'force_generic_plan', true);
+
+-- name: gpu_routing
+-- A gpu worker's claim filter (docs/gpu.md, "Routing"): only the plan's candidates, the next job
+-- of each model it holds or may load and of the jobs needing no model; ORDER BY picks among them.
+AND c.id = ANY(ARRAY(SELECT cd.id FROM candidates AS cd))
+
+-- name: gpu_claim_plan
+-- The WITH clause of a gpu worker's claim (docs/gpu.md, "Routing"). `plan` is one row, computed
+-- once per claim, naming the models this worker may load, best first (`ranked`), and those of
+-- them no other live worker could fit, when there is another (`sole`). A model must fit this
+-- worker's VRAM; one another live worker holds (warm, or running a job for it, which covers a
+-- load under way) is left to it unless the queue is deep enough for another copy:
+-- second_copy_backlog jobs per holder and, once the model's recent jobs say how long a job and a
+-- load take, more queued work than one load per holder. Ranked: models fewer other workers can
+-- fit first, then models fewer others hold, then the model whose next job is oldest.
+-- Every step is an index probe per model (workflow_node_jobs_model_claim_idx), never a read of the
+-- backlog: each queued model's next job by a loose index scan, and a holder's queue counted
+-- only as far as the rule needs.
+WITH RECURSIVE queued_models AS (
+     -- Each model's next job in claim order: ordered by the index's own columns, so only
+     -- workflow_node_jobs_model_claim_idx can answer, one probe per model.
+     (SELECT q.required_model AS model, q.id AS next_id FROM {table} AS q
+       WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NOT NULL
+       ORDER BY q.required_model, {head_order} LIMIT 1)
+     UNION ALL
+     SELECT nx.model, nx.next_id
+       FROM queued_models AS m,
+            LATERAL (SELECT q.required_model AS model, q.id AS next_id FROM {table} AS q
+                      WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model > m.model
+                      ORDER BY q.required_model, {head_order} LIMIT 1) AS nx
+ ), others AS (
+     SELECT h.worker_id, h.loaded_models, h.swapping, h.vram_free_gb,
+            coalesce((SELECT sum(g.est_vram_gb) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
+       FROM worker_heartbeats h
+      WHERE h.queue = %(queue)s AND h.worker_id <> %(worker_id)s AND h.state IN ('idle', 'busy')
+        AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
+ ), running_on AS (
+     SELECT DISTINCT r.claimed_by AS worker_id, r.required_model AS model
+       FROM {table} AS r
+      WHERE r.status = 'running' AND r.queue = %(queue)s AND r.required_model IS NOT NULL
+ ), scored AS MATERIALIZED (
+     SELECT q.model, q.next_id, m.est_vram_gb,
+            (SELECT count(*) FROM others o
+              WHERE (NOT o.swapping AND o.loaded_models @> ARRAY[q.model])
+                 OR EXISTS (SELECT 1 FROM running_on ro WHERE ro.worker_id = o.worker_id AND ro.model = q.model)) AS holders,
+            (SELECT count(*) FROM others o
+              WHERE o.vram_free_gb IS NULL OR m.est_vram_gb IS NULL OR m.est_vram_gb <= o.vram_free_gb + o.held_gb) AS fitters,
+            (SELECT avg(d.wall_seconds) FROM (
+                 SELECT f.wall_seconds FROM {table} AS f
+                  WHERE f.required_model = q.model AND f.model_hit AND f.finished_at IS NOT NULL
+                  ORDER BY f.finished_at DESC LIMIT 20) AS d) AS job_seconds,
+            (SELECT avg(d.model_load_seconds) FROM (
+                 SELECT f.model_load_seconds FROM {table} AS f
+                  WHERE f.required_model = q.model AND NOT f.model_hit AND f.finished_at IS NOT NULL
+                  ORDER BY f.finished_at DESC LIMIT 5) AS d) AS load_seconds
+       FROM queued_models AS q LEFT JOIN gpu_models AS m ON m.model_id = q.model
+ ), needs AS (
+     SELECT s.*, s.holders * %(second_copy_backlog)s AS by_copies,
+            CASE WHEN s.job_seconds > 0 AND s.load_seconds IS NOT NULL
+                 THEN least(floor(s.holders * s.load_seconds / s.job_seconds) + 1, 1000000) ELSE 0 END AS by_work
+       FROM scored AS s
+      WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.est_vram_gb, 0) <= %(vram_available_gb)s::float)
+ ), counted AS (
+     SELECT nd.*,
+            CASE WHEN nd.holders = 0 THEN NULL
+                 ELSE (SELECT count(*) FROM (  -- the ORDER BY keeps this on the model's index too
+                          SELECT 1 FROM {table} AS q
+                           WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model = nd.model
+                           ORDER BY q.required_model, {head_order}
+                           LIMIT greatest(nd.by_copies, nd.by_work)::bigint) AS z)
+            END AS n
+       FROM needs AS nd
+ ), allowed AS (
+     SELECT ct.* FROM counted AS ct
+      WHERE ct.holders = 0
+         OR (ct.n >= ct.by_copies
+             AND (ct.job_seconds IS NULL OR ct.load_seconds IS NULL OR ct.n * ct.job_seconds > ct.holders * ct.load_seconds))
+ ), plan AS MATERIALIZED (
+     SELECT coalesce(array_agg(a.model ORDER BY a.fitters, a.holders, a.next_id), '{{}}') AS ranked,
+            coalesce(array_agg(a.model) FILTER (WHERE a.fitters = 0 AND EXISTS (SELECT 1 FROM others)), '{{}}') AS sole
+       FROM allowed AS a
+ ), candidates AS (
+     SELECT s.next_id AS id FROM scored AS s, plan AS p
+      WHERE s.model = ANY(%(loaded_models)s::text[]) OR s.model = ANY(p.ranked)
+     UNION ALL
+     (SELECT q.id FROM {table} AS q
+       WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NULL
+       ORDER BY q.required_model, {head_order} LIMIT 1)
+ )
+
+-- name: upsert_gpu_model
+INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_gb)s)
+ON CONFLICT (model_id) DO UPDATE SET est_vram_gb = EXCLUDED.est_vram_gb, updated_at = now();
+
+-- name: flag_unassignable
+-- Queued gpu jobs whose model needs more VRAM than the largest live gpu worker has get a reason;
+-- the reason goes when one that fits appears. Nothing is decided while no live worker reports VRAM.
+WITH largest AS (
+    SELECT max(h.vram_total_gb) AS gb FROM worker_heartbeats h
+     WHERE h.queue = 'gpu' AND h.vram_total_gb IS NOT NULL AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
+), verdict AS (
+    SELECT j.id,
+           CASE WHEN m.est_vram_gb > l.gb
+                THEN format('model %%s needs about %%s GB of VRAM; the largest live gpu worker has %%s GB', j.required_model, m.est_vram_gb, round(l.gb::numeric, 1))
+           END AS reason
+      FROM workflow_node_jobs j JOIN gpu_models m ON m.model_id = j.required_model CROSS JOIN largest l
+     WHERE j.queue = 'gpu' AND j.status = 'queued' AND l.gb IS NOT NULL
+)
+UPDATE workflow_node_jobs j SET unassignable_reason = v.reason
+  FROM verdict v
+ WHERE j.id = v.id AND j.unassignable_reason IS DISTINCT FROM v.reason
+RETURNING j.id, j.required_model, j.unassignable_reason;

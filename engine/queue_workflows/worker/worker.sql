@@ -1,0 +1,58 @@
+-- Named queries of a claim worker (queue_workflows.worker): its claim, session lock, idle baton, heartbeat and usage.
+-- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
+-- `{plan}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
+
+-- name: claim_job
+-- {plan} and {routing} are empty, or for a gpu worker the fixed `gpu_claim_plan` and
+-- `gpu_routing` fragments below.
+{plan}UPDATE {table} AS j
+   SET status = 'running',
+       claimed_by = %(worker_id)s,
+       claim_lock_key = %(lock_key)s,
+       attempts = j.attempts + 1,
+       lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       started_at = now(),
+       updated_at = now()
+ WHERE j.id = (
+        SELECT c.id
+          FROM {table} AS c
+         WHERE c.status = 'queued' AND c.queue = %(queue)s {routing}
+         ORDER BY {order_by}
+           FOR UPDATE SKIP LOCKED
+         LIMIT 1)
+RETURNING j.*;
+
+-- name: next_worker_lock_key
+SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
+
+-- name: acquire_session_lock
+-- Shared, so the worker's two connections can both hold it; keys come from a sequence.
+SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
+
+-- name: take_idle_baton
+-- A queue's idle baton: of its idle workers only the holder is woken by NOTIFY and claims; the
+-- others wait here, in line, at most `wait_ms`; false when the wait ran out (migration 0032).
+SELECT qw_take_idle_baton(%(baton_namespace)s::integer, %(queue)s, %(wait_ms)s::integer) AS taken;
+
+-- name: release_idle_baton
+SELECT pg_advisory_unlock(%(baton_namespace)s::integer, hashtext(%(queue)s)) AS released;
+
+-- name: upsert_heartbeat
+INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, loaded_models, swapping,
+                               vram_total_gb, vram_free_gb, last_seen)
+VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s,
+        %(loaded_models)s::text[], %(swapping)s, %(vram_total_gb)s, %(vram_free_gb)s, now())
+ON CONFLICT (worker_id) DO UPDATE
+   SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id, loaded_models = EXCLUDED.loaded_models,
+       swapping = EXCLUDED.swapping, vram_total_gb = EXCLUDED.vram_total_gb, vram_free_gb = EXCLUDED.vram_free_gb,
+       lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
+
+-- name: delete_heartbeat
+DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
+
+-- name: record_usage
+-- What the job cost its process (queue_workflows.worker.usage), written just before its terminal mark.
+UPDATE {table}
+   SET cpu_seconds = %(cpu_seconds)s, peak_rss_bytes = %(peak_rss_bytes)s, peak_vram_bytes = %(peak_vram_bytes)s,
+       model_load_seconds = %(model_load_seconds)s, model_hit = %(model_hit)s, wall_seconds = %(wall_seconds)s
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running';
