@@ -171,3 +171,16 @@ def test_a_server_without_tls_is_a_configuration_error_and_a_down_one_is_not(tls
     down = qw_status(tls_pg.url(port=_free_port(), sslmode="require"))
     assert down.returncode == 1, (down.returncode, down.stderr)
     assert "cannot reach Postgres" in down.stderr
+
+
+def test_the_sidecar_names_a_tls_misconfiguration_and_keeps_sampling(tls_pg: TlsPostgres, tmp_path: Path, caplog) -> None:
+    """The hw-metrics sidecar outlives database trouble, but a TLS mistake is told as one, not as an outage."""
+    from queue_workflows.telemetry.sidecar import Sidecar
+
+    sidecar = Sidecar(database_url=tls_pg.url(sslmode="verify-full", sslrootcert=str(tmp_path / "absent.crt")))
+    with caplog.at_level("WARNING", logger="queue_workflows.telemetry.sidecar"):
+        assert sidecar.publish(sidecar.sample()) is False
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors and "TLS to Postgres" in errors[0] and "sslrootcert" in errors[0], [r.getMessage() for r in caplog.records]
+    assert not any("database unavailable" in r.getMessage() for r in caplog.records)
+    assert sidecar.state.database_up is False

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from queue_workflows import config, db
+from queue_workflows.errors import ConfigError
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.node_queue import NODE_QUEUES
 from queue_workflows.common.text import first_line
@@ -93,8 +94,13 @@ class Sidecar:
                 self.state.database_up = False
                 self.state.publish_failures += 1
             if was_up or self.state.publish_failures == 1:
-                kind = "database unavailable" if isinstance(exc, psycopg.OperationalError) else "publish failed"
-                log.warning("%s (%s): still sampling; retrying every %.1fs", kind, first_line(exc), self.settings.hw_metrics_interval_seconds)
+                every = self.settings.hw_metrics_interval_seconds
+                cause = db.connect_error(exc, url=self._database_url) if isinstance(exc, psycopg.OperationalError) else None
+                if isinstance(cause, ConfigError):  # only a configuration change cures it: say so, as the workers do
+                    log.error("%s; still sampling, /metrics still served; retrying every %.1fs", cause, every)
+                else:
+                    kind = "database unavailable" if isinstance(exc, psycopg.OperationalError) else "publish failed"
+                    log.warning("%s (%s): still sampling; retrying every %.1fs", kind, first_line(exc), every)
             return False
         if not self.state.database_up:
             log.info("publishing hw metrics to the database")
