@@ -25,7 +25,7 @@ from test_dag_inputs import approval, complete
 
 pytestmark = pytest.mark.multiprocess
 
-ARTIFACTS = Path(os.environ.get("QW_TEST_ARTIFACTS") or Path(__file__).resolve().parent.parent / "test-artifacts") / "dashboard"
+ARTIFACTS = Path(os.environ.get("QW_TEST_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts") / "dashboard"
 PAGES = 10
 
 
