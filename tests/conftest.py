@@ -37,6 +37,7 @@ APP_MIGRATIONS = TESTS_DIR / "apps" / "app_migrations"
 APP_VERSION_TABLE = "test_app_schema_version"
 # A throwaway server need not survive a power cut: no flush to disk on commit or checkpoint.
 # (A Postgres crash loses nothing with these off; only the OS crashing would.)
+TEMPLATE_LOCK_KEY = 0x51577E  # an advisory lock on the server's admin database, held while a template migrates
 FAST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 DOCKER_IMAGE = os.environ.get("QW_TEST_PG_IMAGE", "postgres:16-alpine")
 
@@ -118,8 +119,12 @@ def pg_server_url() -> Iterator[str]:
 def template_database_name(pg_server_url: str) -> Iterator[str]:
     """A database with both migration chains applied, which tests copy and never connect to."""
     url = testing.create_database(pg_server_url, "qw_template")
-    db.bootstrap(url=url)
-    db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
+    # xdist workers sharing one server (QW_TEST_DATABASE_URL) migrate one at a time: the chain
+    # creates the cluster-wide process roles, which two creators at once would collide on.
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK_KEY,))
+        db.bootstrap(url=url)
+        db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
     db.close_pools()  # CREATE DATABASE ... TEMPLATE refuses a template anyone is connected to
     yield str(conninfo.conninfo_to_dict(url)["dbname"])
     testing.drop_database(pg_server_url, url)
