@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 import tempfile
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,9 +35,9 @@ os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a te
 TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "apps" / "app_migrations"
 APP_VERSION_TABLE = "test_app_schema_version"
+TEMPLATE_LOCK_KEY = 0x51577E  # an advisory lock on the server's admin database, held while a template migrates
 # A throwaway server need not survive a power cut: no flush to disk on commit or checkpoint.
 # (A Postgres crash loses nothing with these off; only the OS crashing would.)
-TEMPLATE_LOCK_KEY = 0x51577E  # an advisory lock on the server's admin database, held while a template migrates
 FAST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 DOCKER_IMAGE = os.environ.get("QW_TEST_PG_IMAGE", "postgres:16-alpine")
 
