@@ -3,6 +3,8 @@ HEALTHCHECK reads the stamp file each service rewrites: tests/services/test_heal
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -30,9 +32,14 @@ def test_a_worker_is_healthy_while_its_own_row_beats(database_url, procs):
     # Another queue's row is not this worker's.
     other = _health(database_url, "worker", "--queue", "load")
     assert other.returncode == 1 and "no worker_heartbeats row" in other.stderr
-    # A wedged worker: its process lives on, its row stops beating.
-    query(database_url, "UPDATE worker_heartbeats SET last_seen = now() - interval '1 hour' WHERE pid = %s", (worker.pid,))
-    stale = _health(database_url, "worker", "--queue", "fetch")
+    # A wedged worker: its process lives on, its row stops beating (stopped, so no beat of its
+    # own freshens the row while the check starts, however slowly).
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        query(database_url, "UPDATE worker_heartbeats SET last_seen = now() - interval '1 hour' WHERE pid = %s", (worker.pid,))
+        stale = _health(database_url, "worker", "--queue", "fetch")
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
     assert stale.returncode == 1 and "last beat" in stale.stderr, stale.stderr
 
 
