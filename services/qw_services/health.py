@@ -72,12 +72,12 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
     if foreign and not set(local) - foreign:
         raise Unhealthy(f"no claim-worker process of this database runs here ({len(foreign)} of other databases)")
     local = {pid: started for pid, started in local.items() if pid not in foreign}
-    notes = {pid: found.worker_id for pid, found in notes.items() if pid not in foreign}
-    noted = list(notes.values())
+    ids = {pid: found.worker_id for pid, found in notes.items() if pid not in foreign}
+    noted = list(ids.values())
     # A worker that noted its id names its row; the workers without a note are matched by pid and
     # start time, and a noted worker never by its pid.
     mine = _rows("worker_rows_by_id", {"worker_ids": noted, "queue": queue}) if noted else []
-    unnoted = {pid: started for pid, started in local.items() if pid not in notes}
+    unnoted = {pid: started for pid, started in local.items() if pid not in ids}
     if not mine and unnoted:
         local = unnoted
         rows = _rows("worker_rows", {"host_label": settings.host_label, "pids": list(local), "queue": queue})
