@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print("   model-to-worker assignment, jobs split freely), which is what routing alone could achieve.")
     print(f"   'm3 too big': m3 needs {BIG_VRAM_GB:.0f} GB and only one worker has it free, so only that worker")
     print("   loads it (FIFO ignores VRAM too, as a plain queue would). A model no worker can fit never runs:")
-    print("   the leader flags its jobs unassignable (tests/test_gpu_models.py).")
+    print("   the leader flags its jobs unassignable (tests/gpu/test_gpu_models.py).")
     return 0
 
 

@@ -1,8 +1,10 @@
 """Test Postgres, in order: QW_TEST_DATABASE_URL; a testcontainers Postgres when a Docker
 engine answers and has the image locally; otherwise an embedded pgserver.
 
-The session gets its own database with the engine chain and the test app's chain applied;
-each test starts from truncated tables and a fresh engine configuration.
+The session migrates one template database (the engine chain and the test app's chain); each
+test that asks for `database_url` gets a database of its own copied from it (CREATE DATABASE ...
+TEMPLATE, tens of milliseconds) and dropped after, so no test can see another's rows, and the
+processes it starts see only its own. Under pytest-xdist each worker has its own server.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import conninfo, sql
 
 import queue_workflows
 from queue_workflows import config, db, schedule, tasks, testing
@@ -29,9 +33,12 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a test reads it, as a deployment would
 
 TESTS_DIR = Path(__file__).resolve().parent
-APP_MIGRATIONS = TESTS_DIR / "app_migrations"
+APP_MIGRATIONS = TESTS_DIR / "apps" / "app_migrations"
 APP_VERSION_TABLE = "test_app_schema_version"
-TRUNCATE = "TRUNCATE ingest_jobs, workflow_node_jobs, workflow_runs, worker_heartbeats, worker_controls, job_events, schedule_slots, qw_orchestrators, host_metrics, gpu_models, test_executions RESTART IDENTITY CASCADE"
+TEMPLATE_LOCK_KEY = 0x51577E  # an advisory lock on the server's admin database, held while a template migrates
+# A throwaway server need not survive a power cut: no flush to disk on commit or checkpoint.
+# (A Postgres crash loses nothing with these off; only the OS crashing would.)
+FAST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 DOCKER_IMAGE = os.environ.get("QW_TEST_PG_IMAGE", "postgres:16-alpine")
 
 
@@ -53,6 +60,22 @@ def _testcontainers_url() -> tuple[str, object] | None:
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"Docker answered but the Postgres container did not start ({exc}); using pgserver")
         return None
+
+
+DEFAULT_XDIST_WORKERS = 4
+"""Most tests wait on processes and Postgres rather than compute: on 2 cores, 4 workers finish first."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): parallel by default; soaks and the container stack serially.
+
+    The e2e tests share one compose stack per session and run in file order; the soaks measure
+    chaos on a quiet machine. PYTEST_XDIST_AUTO_NUM_WORKERS overrides the default.
+    """
+    markexpr = config.getoption("markexpr") or ""
+    if "e2e" in markexpr or "soak" in markexpr:
+        return 0
+    return int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or DEFAULT_XDIST_WORKERS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -83,18 +106,27 @@ def pg_server_url() -> Iterator[str]:
     # unprivileged user pgserver runs Postgres as when the tests run as root.
     pgdata = Path(tempfile.mkdtemp(prefix="qw-test-pg-"))
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        for name, value in FAST_SERVER_SETTINGS.items():
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")
     yield server.get_uri()
     server._cleanup()
     shutil.rmtree(pgdata, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def session_database_url(pg_server_url: str) -> Iterator[str]:
-    url = testing.create_database(pg_server_url, "qw_test")
-    db.bootstrap(url=url)
-    db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
-    yield url
-    db.close_pools()
+def template_database_name(pg_server_url: str) -> Iterator[str]:
+    """A database with both migration chains applied, which tests copy and never connect to."""
+    url = testing.create_database(pg_server_url, "qw_template")
+    # xdist workers sharing one server (QW_TEST_DATABASE_URL) migrate one at a time: the chain
+    # creates the cluster-wide process roles, which two creators at once would collide on.
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK_KEY,))
+        db.bootstrap(url=url)
+        db.bootstrap(url=url, migrations_dir=APP_MIGRATIONS, version_table=APP_VERSION_TABLE)
+    db.close_pools()  # CREATE DATABASE ... TEMPLATE refuses a template anyone is connected to
+    yield str(conninfo.conninfo_to_dict(url)["dbname"])
     testing.drop_database(pg_server_url, url)
 
 
@@ -114,18 +146,39 @@ def _fresh_engine_state() -> Iterator[None]:
 
 
 @pytest.fixture
-def database_url(session_database_url: str) -> str:
-    """The session database with every table empty and the engine configured to use it."""
-    with psycopg.connect(session_database_url, autocommit=True) as conn:
-        conn.execute(TRUNCATE)
-    queue_workflows.configure(database_url=session_database_url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True)
-    return session_database_url
+def database_url(pg_server_url: str, template_database_name: str) -> Iterator[str]:
+    """A migrated database of this test's own, and the engine configured to use it."""
+    name = f"qw_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_database_name)))
+    url = conninfo.make_conninfo(pg_server_url, dbname=name)
+    queue_workflows.configure(database_url=url, ingest_queues=TEST_INGEST_QUEUES, gpu_cpu_fallback=True)
+    yield url
+    db.close_pools()
+    testing.drop_database(pg_server_url, url)  # WITH (FORCE): a process the test left running is cut off
 
 
 @pytest.fixture
 def conn(database_url: str) -> Iterator[psycopg.Connection]:
     with db.connect(autocommit=True, url=database_url) as c:
         yield c
+
+
+@pytest.fixture
+def worker_url(database_url: str) -> Iterator[str]:
+    """A login role that is only a member of qw_worker, as the stack's workers are."""
+    role = f"qw_w_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE qw_worker").format(sql.Identifier(role)))
+    try:
+        yield conninfo.make_conninfo(database_url, user=role)
+    finally:
+        db.close_pools()
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND datname = current_database()", (role,)
+            )
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 @pytest.fixture

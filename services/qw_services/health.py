@@ -56,13 +56,23 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
     local = pids()
     if not local:
         raise Unhealthy("no claim-worker process runs here")
-    notes = {pid: wid for pid, started in local.items() if (wid := id_notes.read(pid, started))}
-    noted = list(notes.values())
-    # A worker that noted its id names its row. Notes of workers using another database (other
-    # processes on a host, not in a container) match nothing here: the workers without a note
-    # are then matched by pid and start time, and a noted worker never by its pid.
+    notes = {pid: found for pid, started in local.items() if (found := id_notes.read_note(pid, started))}
+    # On a host (not in a container) workers of other databases run beside ours (`qw dev` in
+    # another terminal): a worker that noted another database, or whose older note names a worker
+    # this database never had, is none of this check's business.
+    here = id_notes.database_key(config.current().database_url())
+    undated = [found.worker_id for found in notes.values() if not found.database]
+    known = {r["worker_id"] for r in _rows(_HEALTH["worker_rows_by_id"], {"worker_ids": undated, "queue": None})} if undated else set()
+    foreign = {pid for pid, found in notes.items() if found.database not in ("", here) or (not found.database and found.worker_id not in known)}
+    if foreign and not set(local) - foreign:
+        raise Unhealthy(f"no claim-worker process of this database runs here ({len(foreign)} of other databases)")
+    local = {pid: started for pid, started in local.items() if pid not in foreign}
+    ids = {pid: found.worker_id for pid, found in notes.items() if pid not in foreign}
+    noted = list(ids.values())
+    # A worker that noted its id names its row; the workers without a note are matched by pid and
+    # start time, and a noted worker never by its pid.
     mine = _rows(_HEALTH["worker_rows_by_id"], {"worker_ids": noted, "queue": queue}) if noted else []
-    unnoted = {pid: started for pid, started in local.items() if pid not in notes}
+    unnoted = {pid: started for pid, started in local.items() if pid not in ids}
     if not mine and unnoted:
         local = unnoted
         rows = _rows(_HEALTH["worker_rows"], {"host_label": settings.host_label, "pids": list(local), "queue": queue})
@@ -72,8 +82,11 @@ def check_worker(queue: str | None = None, *, pids: Callable[[], dict[int, float
                       key=lambda r: abs(r["started_epoch"] - local[r["pid"]]))
     if not mine:
         where = f"host {settings.host_label!r}" + (f", queue {queue!r}" if queue else "")
-        which = f"worker {', '.join(noted)}" if noted else f"pids {sorted(local)}"
-        raise Unhealthy(f"no worker_heartbeats row for this worker ({where}, {which}): not registered yet, or removed")
+        if noted:
+            raise Unhealthy(f"no worker_heartbeats row for this worker ({where}, worker {', '.join(noted)}): not registered yet, or removed")
+        # Processes that noted nothing (starting up, or older) are this database's only if a row says so.
+        raise Unhealthy(f"no claim-worker process of this database runs here: no worker_heartbeats row for pids {sorted(local)} "
+                        f"({where}): another database's, not registered yet, or removed")
     row = mine[0]
     fresh = max(3 * settings.heartbeat_seconds, settings.lease_seconds)
     if row["silent_seconds"] > fresh:

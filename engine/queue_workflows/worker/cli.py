@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
         return exits.EXIT_OK
     if args.queue not in node_queue.NODE_QUEUES:
         app_loader.warn_unrunnable_jobs(args.queue, loaded)
-    id_notes.note(worker.worker_id)  # for `qw health worker` in this container
+    id_notes.note(worker.worker_id, loaded.config.database_url())  # for `qw health worker` in this container
     try:
         with exits.owning_job_processes():  # one process == one worker: what else runs under it is its jobs'
             return worker.run_forever()

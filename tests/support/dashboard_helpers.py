@@ -79,4 +79,5 @@ def start_dashboard(procs: Any, url: str, *extra: str, via_qw: bool = False, **e
 
 
 def dashboard_connections(url: str) -> list[dict[str, Any]]:
-    return query(url, "SELECT application_name, state, query FROM pg_stat_activity WHERE application_name LIKE 'qw-dashboard%%'")
+    return query(url, "SELECT application_name, state, query FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND application_name LIKE 'qw-dashboard%%'")

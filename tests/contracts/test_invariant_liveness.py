@@ -88,7 +88,7 @@ def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_tw
     terminated: set[int] = set()
     for round_ in range(2):
         for victim in list(holders):
-            query(database_url, "SELECT pg_terminate_backend(%s)", (victim,))
+            query(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (victim,))
             terminated.add(victim)
             holders, took = _wait_two_holders(database_url, key, procs, besides=terminated)
             restore_times.append(took)

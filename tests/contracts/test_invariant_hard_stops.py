@@ -92,7 +92,8 @@ def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url:
     stops: list[int] = []
     leaks: list[dict] = []
     deadline = time.monotonic() + 12
-    while len(stops) < 24 and time.monotonic() < deadline:
+    # Past the deadline only to reach the minimum of 6 stops, on a machine too busy to race fast.
+    while len(stops) < 24 and (time.monotonic() < deadline or (len(stops) < 6 and time.monotonic() < deadline + 48)):
         for racer in racers:
             racer.step(stops, leaks)
         time.sleep(0.005)

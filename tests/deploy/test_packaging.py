@@ -8,7 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PACKAGE_DIRS = PROJECT["tool"]["setuptools"]["package-dir"]
 

@@ -115,7 +115,7 @@ def _one_client(base: str) -> Client:
 def _listener_pids(url: str) -> set[int]:
     from procs import query
 
-    return {r["pid"] for r in query(url, "SELECT pid FROM pg_stat_activity WHERE application_name = 'qw-dashboard-listen'")}
+    return {r["pid"] for r in query(url, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'qw-dashboard-listen'")}
 
 
 def test_the_listener_comes_back_after_its_connection_is_killed(database_url: str, procs: Procs) -> None:
@@ -125,7 +125,7 @@ def test_the_listener_comes_back_after_its_connection_is_killed(database_url: st
     assert httpx.get(base + "/healthz").status_code == 200
     client = _one_client(base)
     [old] = _listener_pids(database_url)
-    query(database_url, "SELECT pg_terminate_backend(%s)", (old,))
+    query(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (old,))
     wait_until(lambda: len(pids := _listener_pids(database_url)) == 1 and old not in pids, timeout=15, what="a new listening connection")
     wait_until(lambda: httpx.get(base + "/healthz").status_code == 200, timeout=5, what="healthz back to 200")
     publish(database_url, snapshot("after-outage", 1.0))

@@ -1,10 +1,15 @@
-"""Row-level views of a DAG run for the cancel/restart/input tests."""
+"""Row-level views of a DAG run for the cancel/restart/input tests, and the input tests' approval workflow."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from queue_workflows.dag import Workflow
+from queue_workflows.dag.outbox import DispatchDrain
+
 from procs import query
+
+N = "qw_dag_nodes"
 
 
 def rows(url: str, run_id: int) -> dict[str, dict]:
@@ -25,3 +30,16 @@ def duplicates(url: str) -> list[dict]:
 
 def executions(url: str) -> Counter:
     return Counter(r["token"] for r in query(url, "SELECT token FROM test_executions"))
+
+
+def approval() -> Workflow:
+    return (Workflow("approve").node("draft", f"{N}:echo", inputs={"v": 1})
+            .node("ask", deps=["draft"], input=True, inputs={"prompt": "ok?", "draft": {"$from": "draft.echo"}})
+            .node("publish", f"{N}:echo", deps=["ask"], inputs={"by": {"$from": "ask.approver"}}))
+
+
+def complete(url, conn, run_id, name, delta):
+    from queue_workflows import node_queue
+
+    node_queue.mark_completed(rows(url, run_id)[name]["id"], delta, conn=conn)
+    DispatchDrain().drain_once(conn)

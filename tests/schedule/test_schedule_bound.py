@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("schedule_bound", Path(__file__).parents[1] / "benchmarks" / "schedule_bound.py")
+_spec = importlib.util.spec_from_file_location("schedule_bound", Path(__file__).resolve().parents[2] / "benchmarks" / "schedule_bound.py")
 assert _spec and _spec.loader
 schedule_bound = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(schedule_bound)

@@ -22,7 +22,7 @@ from queue_workflows import db
 
 from procs import query, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```", re.S | re.M)
 RUNS_UNTIL_STOPPED = re.compile(r"#.*\bruns until stopped\b")

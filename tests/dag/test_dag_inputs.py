@@ -17,7 +17,7 @@ from queue_workflows.dag import InputNotAwaitedError, Workflow, WorkflowValidati
 from queue_workflows.dag import inputs
 from queue_workflows.dag.outbox import DispatchDrain
 
-from dag_rows import rows, states
+from dag_rows import approval, complete, rows, states
 from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 N = "qw_dag_nodes"
@@ -26,19 +26,6 @@ C = "qw_dag_cancel_nodes"
 
 def submissions(url):
     return query(url, "SELECT * FROM workflow_input_submissions ORDER BY id")
-
-
-def approval() -> Workflow:
-    return (Workflow("approve").node("draft", f"{N}:echo", inputs={"v": 1})
-            .node("ask", deps=["draft"], input=True, inputs={"prompt": "ok?", "draft": {"$from": "draft.echo"}})
-            .node("publish", f"{N}:echo", deps=["ask"], inputs={"by": {"$from": "ask.approver"}}))
-
-
-def complete(url, conn, run_id, name, delta):
-    from queue_workflows import node_queue
-
-    node_queue.mark_completed(rows(url, run_id)[name]["id"], delta, conn=conn)
-    DispatchDrain().drain_once(conn)
 
 
 def test_input_steps_validate_in_both_forms():

@@ -19,7 +19,6 @@ from queue_workflows.errors import ConfigError
 from queue_workflows.leader.leadership import Elector, LeadershipLost, Term
 from queue_workflows.settings import load_settings
 
-from test_container_db_roles import worker_url  # noqa: F401 - the fixture
 
 LEASE = 5.0
 START = datetime(2030, 1, 1, tzinfo=timezone.utc)

@@ -129,8 +129,8 @@ def test_releasing_on_a_lost_session_neither_raises_nor_leaves_the_lock(database
     with db.connect(autocommit=True, url=database_url) as conn, db.connect(autocommit=True, url=database_url) as second:
         assert mine.take(conn) and mine.held_on(conn)
         assert not other.take(second)  # in line behind it
-        query(database_url, "SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-        wait_until(lambda: not query(database_url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (conn.info.backend_pid,)),
+        query(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (conn.info.backend_pid,))
+        wait_until(lambda: not query(database_url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (conn.info.backend_pid,)),
                    timeout=5, what="the backend to end")
         mine.release(conn)  # the claim before it succeeded: this must not raise and retry the claim
         assert not mine.held_on(conn)

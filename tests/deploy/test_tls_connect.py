@@ -18,7 +18,7 @@ import pytest
 
 from queue_workflows import db
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="deploy/make-tls.sh gives the key to root:postgres, so it runs as root")
 
 

@@ -1,5 +1,5 @@
 """The container stack's files, checked without a Docker engine: compose.yaml against the
-compose-spec JSON schema (vendored from Compose v2, tests/data/compose-spec.json), each host
+compose-spec JSON schema (vendored from Compose v2, tests/support/data/compose-spec.json), each host
 role's service set, `docker compose config` for every role's example .env, and hadolint.
 """
 
@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 HEAD_OVERRIDE = ROOT / "deploy" / "compose.head.yaml"
-SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
+SCHEMA = Path(__file__).resolve().parents[1] / "support" / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
 EVERY_HOST = {"hw-metrics"}

@@ -4,7 +4,7 @@ The `(entry_name, slot_time)` primary key of `schedule_slots` is written in the 
 transaction as the job; a replica enqueues only when its row landed. The multi-process tests
 run real `python -m queue_workflows.scheduler` processes on a compressed clock
 (QW_SCHEDULE_TIME_SCALE: one scheduled minute every few real seconds, from a shared
-QW_SCHEDULE_TIME_ORIGIN) with the every-minute schedule of `tests/qw_sched_app.py`.
+QW_SCHEDULE_TIME_ORIGIN) with the every-minute schedule of `tests/apps/qw_sched_app.py`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
 # The packages whose modules the tests' node jobs may run (QW_NODE_PACKAGES): set for the whole
 # test session (conftest) and for every service process a test starts.
 TEST_NODE_PACKAGES = "qw_test_nodes,qw_dag_nodes,qw_dag_cancel_nodes,qw_gpu_nodes,qw_poison_nodes,qw_demo"
-TESTS_DIR = Path(__file__).resolve().parent
+# The helper apps (QW_APP=qw_test_app, the node packages) a service process imports by name.
+APPS_DIR = Path(__file__).resolve().parents[1] / "apps"
 
 
 def wait_until(predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str = "condition") -> T:
@@ -40,7 +41,7 @@ def service_env(database_url: str, **overrides: str) -> dict[str, str]:
         QW_LOG_LEVEL="INFO",
         QW_GPU_CPU_FALLBACK="1",  # no GPU here: gpu workers run their jobs on the CPU
         QW_NODE_PACKAGES=TEST_NODE_PACKAGES,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), env.get("PYTHONPATH", "")])),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(APPS_DIR), env.get("PYTHONPATH", "")])),
     )
     env.update(overrides)
     return env

@@ -198,7 +198,8 @@ def test_routed_gpu_claims_take_turns_so_a_claim_in_flight_counts(database_url, 
         got: list[dict] = []
         mine = threading.Thread(target=lambda: got.append(node_queue.claim_node_job("gpu", ME)))
         mine.start()
-        wait_until(lambda: query(database_url, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%pg_advisory_xact_lock%%'"),
+        wait_until(lambda: query(database_url, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                                                    "AND wait_event_type = 'Lock' AND query LIKE '%%pg_advisory_xact_lock%%'"),
                    timeout=10, what="our claim waiting for its turn")
         assert not got
         x.commit()

@@ -26,7 +26,7 @@ from dashboard_helpers import LOCAL, csrf_of, publish, snapshot
 from procs import query
 from qw_services.dashboard import graph
 from qw_services.dashboard.app import create_app
-from test_dag_inputs import approval, complete
+from dag_rows import approval, complete
 
 PASSWORD = "s3cret-pass"
 

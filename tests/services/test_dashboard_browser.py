@@ -21,11 +21,11 @@ import qw_test_app
 from dashboard_helpers import dashboard_connections, publish, snapshot, start_dashboard
 from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 from queue_workflows import node_queue, register_ingest_task
-from test_dag_inputs import approval, complete
+from dag_rows import approval, complete
 
 pytestmark = pytest.mark.multiprocess
 
-ARTIFACTS = Path(os.environ.get("QW_TEST_ARTIFACTS") or Path(__file__).resolve().parent.parent / "test-artifacts") / "dashboard"
+ARTIFACTS = Path(os.environ.get("QW_TEST_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts") / "dashboard"
 PAGES = 10
 
 

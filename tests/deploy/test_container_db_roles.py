@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors, sql
+from psycopg import conninfo, errors
 
 import queue_workflows
 from queue_workflows import config, db, node_queue, tasks, testing
@@ -32,23 +30,6 @@ SCHEMA_CHANGES = [
     "DROP VIEW qw_worker_sessions",
     "CREATE INDEX evil ON ingest_jobs (queue)",
 ]
-
-
-@pytest.fixture
-def worker_url(database_url: str) -> Iterator[str]:
-    """A login role that is only a member of qw_worker, as the stack's workers are."""
-    role = f"qw_w_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE qw_worker").format(sql.Identifier(role)))
-    try:
-        yield conninfo.make_conninfo(database_url, user=role)
-    finally:
-        db.close_pools()
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND datname = current_database()", (role,)
-            )
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def test_the_worker_role_runs_jobs(worker_url):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from queue_workflows.common.health_stamp import HealthStamp
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docker" / "qw-healthy"
+SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "qw-healthy"
 
 
 def _check(stamp: Path, limit: str = "30") -> subprocess.CompletedProcess[str]:

@@ -270,7 +270,7 @@ def test_a_docker_socket_outside_our_groups_is_a_warning_naming_the_gid_to_set()
         path.chmod(0o660 if as_root else 0o000)
         nobody = {"user": 65534, "group": 65534, "extra_groups": []} if as_root else {}
         probe = subprocess.run([sys.executable, "-c", SOCKET_DENIED_PROBE, str(tree.root), str(path)], capture_output=True,
-                               text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent, **nobody)  # type: ignore[call-overload]
+                               text=True, timeout=60, cwd=Path(__file__).resolve().parents[2], **nobody)  # type: ignore[call-overload]
     finally:
         server.close()
         path.unlink(missing_ok=True)

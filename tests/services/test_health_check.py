@@ -1,8 +1,10 @@
 """`qw health worker|orchestrator|schema` for operators, against real processes (the images'
-HEALTHCHECK reads the stamp file each service rewrites: tests/test_health_stamp.py)."""
+HEALTHCHECK reads the stamp file each service rewrites: tests/services/test_health_stamp.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -30,9 +32,14 @@ def test_a_worker_is_healthy_while_its_own_row_beats(database_url, procs):
     # Another queue's row is not this worker's.
     other = _health(database_url, "worker", "--queue", "load")
     assert other.returncode == 1 and "no worker_heartbeats row" in other.stderr
-    # A wedged worker: its process lives on, its row stops beating.
-    query(database_url, "UPDATE worker_heartbeats SET last_seen = now() - interval '1 hour' WHERE pid = %s", (worker.pid,))
-    stale = _health(database_url, "worker", "--queue", "fetch")
+    # A wedged worker: its process lives on, its row stops beating (stopped, so no beat of its
+    # own freshens the row while the check starts, however slowly).
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        query(database_url, "UPDATE worker_heartbeats SET last_seen = now() - interval '1 hour' WHERE pid = %s", (worker.pid,))
+        stale = _health(database_url, "worker", "--queue", "fetch")
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
     assert stale.returncode == 1 and "last beat" in stale.stderr, stale.stderr
 
 
@@ -78,7 +85,7 @@ def test_the_id_a_worker_noted_picks_its_row_where_start_times_cannot(database_u
     ok = _health(database_url, "worker", "--queue", "fetch")
     assert ok.returncode == 0, ok.stderr
     assert f":fetch:{worker.pid}:" in ok.stdout and "-replica" not in ok.stdout, ok.stdout
-    id_notes.note("e2e:fetch:gone", pid=worker.pid)  # the noted worker has no row: no other row stands in for it
+    id_notes.note("e2e:fetch:gone", database_url, pid=worker.pid)  # the noted worker has no row: no other row stands in for it
     gone = _health(database_url, "worker", "--queue", "fetch")
     assert gone.returncode == 1 and "worker e2e:fetch:gone" in gone.stderr, gone.stderr
 
@@ -131,3 +138,21 @@ def test_a_worker_of_another_database_on_the_same_host_decides_nothing(database_
     ok = _health(database_url, "worker", "--queue", "fetch")
     assert ok.returncode == 0, ok.stderr
     assert f":fetch:{worker.pid}:" in ok.stdout, ok.stdout
+
+
+def test_workers_of_another_database_on_the_host_are_none_of_this_checks_business(database_url, scratch_database_url, procs):
+    """`qw dev` in another terminal, or another suite's workers: the check sees this database's workers only."""
+    from queue_workflows import db
+
+    db.bootstrap(url=scratch_database_url)
+    foreign = procs.worker(service_env(scratch_database_url), "fetch")
+    foreign_id = wait_workers_ready(scratch_database_url, [foreign])[foreign.pid]["worker_id"]
+    alone = _health(database_url, "worker")
+    assert alone.returncode == 1 and "no claim-worker process of this database" in alone.stderr, alone.stderr
+    worker = procs.worker(service_env(database_url), "fetch")
+    wait_workers_ready(database_url, [worker])
+    ok = _health(database_url, "worker")
+    assert ok.returncode == 0 and f":fetch:{worker.pid}:" in ok.stdout, ok.stderr
+    id_notes.note("e2e:fetch:gone", database_url, pid=worker.pid)
+    gone = _health(database_url, "worker", "--queue", "fetch")
+    assert gone.returncode == 1 and "worker e2e:fetch:gone)" in gone.stderr and foreign_id not in gone.stderr, gone.stderr
