@@ -16,7 +16,7 @@ from queue_workflows import queries
 from queue_workflows.common import sqlfile
 from queue_workflows.worker.batch.worker import claim_batch_query
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = {"queue_workflows": ROOT / "engine/queue_workflows", "qw_services": ROOT / "services/qw_services"}
 # Where code may name a query: the product (engine, services) and the tests, which use the same loader.
 CODE_DIRS = [ROOT / "engine", ROOT / "services", ROOT / "examples", ROOT / "tests", ROOT / "benchmarks"]

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 SERVER_WIDE = re.compile(r"\b(pg_locks|pg_stat_activity|pg_terminate_backend|pg_cancel_backend)\b")
 OWN_DATABASE = "current_database()"
 

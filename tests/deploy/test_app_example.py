@@ -10,7 +10,7 @@ from pathlib import Path
 
 from queue_workflows import db
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_scheduler_runs_the_example_app(scratch_database_url):
