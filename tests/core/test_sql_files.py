@@ -174,10 +174,10 @@ def _positional(text: str) -> str:
     return text.replace("%%", "%")
 
 
-def test_every_statement_prepares_against_the_migrated_schema(session_database_url):
+def test_every_statement_prepares_against_the_migrated_schema(database_url):
     """The server parses, resolves and types each one (PREPARE runs nothing); COPY and SET, not preparable, run and roll back."""
     failures = []
-    with psycopg.connect(session_database_url) as conn:
+    with psycopg.connect(database_url) as conn:
         for label, text in statements():
             try:
                 with conn.transaction(force_rollback=True):
