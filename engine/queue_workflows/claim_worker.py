@@ -33,6 +33,7 @@ from .payloads import clean_text
 from .queries import JobTable
 from .session import SessionClosed, WorkerSession, first_line
 from .usage import Usage, UsageMeter
+from .wake import WakeEvent
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class ClaimWorker:
         self.jobs_done = 0
         self.empty_claims = 0  # idle claims that found nothing: what the idle baton keeps down
         self.current_model: str | None = None
-        self.stop_event = threading.Event()
+        self.stop_event = WakeEvent()  # heard at once by an idle wait in the socket
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
         self.switch = WorkerSwitch(self.settings.host_label, queue)
         self.watch = JobWatch(stall_seconds=self.settings.stall_timeout_seconds)

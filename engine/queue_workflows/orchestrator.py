@@ -21,6 +21,7 @@ import psycopg
 from . import app_loader, config, db, reclaim
 from .leadership import Elector, Term
 from .retention import Retention
+from .wake import WakeEvent
 from .backoff import Backoff
 from .dag.keeper import RunKeeper
 from .dag.outbox import DispatchDrain
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def _body() -> int:
         app_loader.load_app(args.app)
-        stop = threading.Event()
+        stop = WakeEvent()  # the leader's hold wakes on it at once
         app_loader.on_stop_signals(stop.set)
         return run(stop)
 

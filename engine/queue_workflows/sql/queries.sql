@@ -125,6 +125,14 @@ SELECT j.id
         OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
    AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM qw_worker_sessions);
 
+-- name: sweep_has_work
+-- Whether the reclaim sweep has anything to act on: a running job (its worker may die) or a
+-- delayed job now due. An idle leader asks only this, every interval, instead of the whole sweep.
+SELECT EXISTS (SELECT 1 FROM workflow_node_jobs WHERE status = 'running')
+    OR EXISTS (SELECT 1 FROM ingest_jobs WHERE status = 'running')
+    OR EXISTS (SELECT 1 FROM workflow_node_jobs WHERE status = 'scheduled' AND run_after <= now())
+    OR EXISTS (SELECT 1 FROM ingest_jobs WHERE status = 'scheduled' AND run_after <= now()) AS busy;
+
 -- name: reclaim_orphans
 -- The one recovery path for a running job whose worker is gone: a suspect that still has
 -- no session holding its worker's lock (the process died), or a lapsed lease (the host vanished).
