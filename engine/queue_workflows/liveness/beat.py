@@ -191,8 +191,10 @@ class LivenessBeat(threading.Thread):
         threading.Thread(target=self._guard, name=f"job-guard-{self.queue}", daemon=True).start()
         while not self._halt.is_set():
             try:
-                self._tick()
+                spoke = self._tick()
                 self.backoff.reset()
+                if spoke:
+                    continue  # its statements may have taken a NOTIFY into psycopg's backlog: look before sleeping
                 self.pacer.sleep(max(0.0, self._next_due() - self.now_fn()),
                                  (self._conn, self.session.current_connection() if self._job is not None else None))
             except Exception as exc:  # noqa: BLE001 - the beat must outlive any error
@@ -217,23 +219,29 @@ class LivenessBeat(threading.Thread):
             elif (trip := self.watch.check()) is not None:
                 self._trip(job, trip)
 
-    def _tick(self) -> None:
+    def _tick(self) -> bool:
+        """One round of chores; True when it sent a statement on its connection."""
         conn = self._anchor()
         revoked, control_changed = self._notifications(conn)
         now = self.now_fn()
+        spoke = False
         if control_changed or now >= self._next_control_check:  # the poll covers a lost NOTIFY
             self._check_control(conn)
             self._next_control_check = now + self.heartbeat_seconds
+            spoke = True
         if self.throttle is not None and now >= self._next_memory_check:
             self._next_memory_check = now + self.memory_check_seconds
             self._check_memory(self.throttle)
         job = self._job
         if job is not None and (revoked.intersection(job.ids) or now >= self._next_renew):
             self._renew(conn, job, now)
+            spoke = True
         if now >= self._next_heartbeat:
             self._heartbeat(conn, job)
             self._next_heartbeat = now + self.heartbeat_seconds
+            spoke = True
         self.session.repair_if_idle()
+        return spoke
 
     def _anchor(self) -> db.Conn:
         """This thread's connection, holding the worker's lock and listening for revocations."""
