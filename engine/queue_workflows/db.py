@@ -137,17 +137,18 @@ def _check_version_table(version_table: str) -> sql.Identifier:
 
 
 def _applied(conn: Conn, table: sql.Identifier) -> set[int]:
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (version integer PRIMARY KEY, name text NOT NULL, "
-            "applied_at timestamptz NOT NULL DEFAULT now())"
-        ).format(table)
-    )
     return {row["version"] for row in conn.execute(sql.SQL("SELECT version FROM {}").format(table))}
 
 
-def _lock_chain(conn: Conn, version_table: str) -> None:
-    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"queue_workflows:migrate:{version_table}",))
+def _lock_ledger(conn: Conn, table: sql.Identifier) -> None:
+    """Serialize migrators on the ledger: EXCLUSIVE needs a write grant there (an advisory lock needs none)."""
+    ddl = "CREATE TABLE IF NOT EXISTS {} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+    try:
+        with conn.transaction():  # a savepoint: a racing first migrator's commit fails only this
+            conn.execute(sql.SQL(ddl).format(table))
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+        pass  # that migrator created the ledger and committed while ours waited on its catalog row
+    conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table))
 
 
 def bootstrap(
@@ -156,7 +157,7 @@ def bootstrap(
     version_table: str = DEFAULT_VERSION_TABLE,
     url: str | None = None,
 ) -> list[int]:
-    """Apply every migration not yet in the ledger, in one transaction under an advisory lock.
+    """Apply every migration not yet in the ledger, in one transaction holding the ledger locked.
 
     Idempotent and safe to call from several processes at once; returns the versions applied.
     """
@@ -164,7 +165,7 @@ def bootstrap(
     chain = discover(migrations_dir)
     applied_now: list[int] = []
     with connect(url=url) as conn, conn.transaction():
-        _lock_chain(conn, version_table)
+        _lock_ledger(conn, table)
         done = _applied(conn, table)
         for migration in chain:
             if migration.version in done:
@@ -196,7 +197,7 @@ def downgrade(
     chain = {m.version: m for m in discover(migrations_dir)}
     removed: list[int] = []
     with connect(url=url) as conn, conn.transaction():
-        _lock_chain(conn, version_table)
+        _lock_ledger(conn, table)
         for version in sorted(_applied(conn, table), reverse=True):
             if version <= to_version:
                 break

@@ -190,3 +190,16 @@ def test_the_metrics_role_publishes_its_host_snapshot(login_as):
         store.publish(conn, payload)  # the second is the upsert's UPDATE arm
         assert [row["host_label"] for row in store.latest(conn)] == ["roles-host"]
         store.read_queue_figures(conn, stale_after_seconds=30)
+
+
+def test_no_connected_role_can_hold_off_migrate(login_as, database_url):
+    ledger = sql.Identifier(db.DEFAULT_VERSION_TABLE)
+    with psycopg.connect(login_as("qw_worker")) as rogue:
+        # The key migrate once serialised on: an advisory lock needs no privilege at all.
+        rogue.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"queue_workflows:migrate:{db.DEFAULT_VERSION_TABLE}",))
+        with pytest.raises(errors.InsufficientPrivilege):
+            rogue.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(ledger))
+        rogue.rollback()
+        rogue.execute(sql.SQL("SELECT version FROM {}").format(ledger)).fetchall()  # a reader left open
+        bounded = conninfo.make_conninfo(database_url, options="-c lock_timeout=5s")
+        assert db.bootstrap(url=bounded) == []

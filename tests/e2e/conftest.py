@@ -50,7 +50,8 @@ class Stack:
     """One compose project of the real stack, and helpers to drive it."""
 
     def __init__(self, secrets: Path) -> None:
-        self.project = f"qwe2e{uuid.uuid4().hex[:6]}"
+        # QW_E2E_PROJECT_PREFIX keeps one runner's projects apart from another's on a shared engine.
+        self.project = f"{os.environ.get('QW_E2E_PROJECT_PREFIX', 'qwe2e')}{uuid.uuid4().hex[:6]}"
         docker_gid = subprocess.run(["getent", "group", "docker"], capture_output=True, text=True).stdout.split(":")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("QW_", "COMPOSE_"))}
         self.env.update(

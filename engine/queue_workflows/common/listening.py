@@ -18,6 +18,7 @@ from psycopg import sql
 from queue_workflows import config, db
 from queue_workflows.common.backoff import Backoff
 from queue_workflows.common.text import first_line
+from queue_workflows.common.wake import notifies as wake_notifies
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,12 @@ def run_listening(
     channel: str | None,
     step: Callable[[db.Conn], float],
     guard: Callable[[db.Conn], None] | None = None,
+    quiet: Callable[[db.Conn], float | None] | None = None,
 ) -> None:
     """Until `stop`: `step(conn)` does one round and returns how long to wait for `channel` (0: at once).
 
     With `guard` (a leader's `Term.guard`), each step runs in one transaction that calls it first.
+    `quiet(conn)`, asked first, may answer a wait instead: nothing to do, so no step (nor its guard).
     """
     url = config.current().database_url()
     backoff = Backoff(initial=0.2, maximum=5.0)
@@ -43,7 +46,10 @@ def run_listening(
                 conn = db.connect(autocommit=True, url=url)
                 if channel is not None:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            if guard is None:
+            idle = quiet(conn) if quiet is not None else None
+            if idle is not None:
+                wait = idle
+            elif guard is None:
                 wait = step(conn)
             else:
                 with conn.transaction():
@@ -53,8 +59,7 @@ def run_listening(
             if wait > 0 and channel is None:
                 stop.wait(wait)
             elif wait > 0:
-                for _ in conn.notifies(timeout=wait, stop_after=1):
-                    pass
+                wake_notifies(conn, wait, wake=(stop,))  # in the socket: psycopg's own wait wakes every 0.1 s
         except Exception as exc:  # noqa: BLE001 - the service outlives any error
             if conn is not None:
                 conn.close()

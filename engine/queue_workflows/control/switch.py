@@ -6,6 +6,8 @@ import logging
 import threading
 from typing import Any
 
+from queue_workflows.common.wake import WakeEvent
+
 log = logging.getLogger(__name__)
 
 
@@ -16,7 +18,7 @@ class WorkerSwitch:
         self.host_label = host_label
         self.queue = queue
         self.payload = f"{host_label}:{queue}"
-        self.changed = threading.Event()
+        self.changed = WakeEvent()  # an idle worker blocks in its socket: this wakes it
         self._parked = False
         self._hard = False  # the row says OFF with policy hard: its stop was asked for already
         self._blocked: str | None = None

@@ -25,7 +25,7 @@ class RunKeeper:
         self,
         *,
         stop_event: threading.Event | None = None,
-        tick: float = 1.0,
+        tick: float = 5.0,  # a safety poll only: NOTIFY wakes it, and a reconnect steps at once
         reconcile_seconds: float = 5.0,
         stale_seconds: float = 30.0,
         guard: Callable[[db.Conn], None] | None = None,

@@ -44,7 +44,7 @@ class DispatchDrain:
         max_attempts: int | None = None,
         backoff_base: float = 0.5,
         backoff_max: float = 60.0,
-        tick: float = 1.0,
+        tick: float = 5.0,  # a safety poll only: NOTIFY wakes it, and a reconnect steps at once
         advance: Callable[[db.Conn, int, list[str] | None], Any] = store.advance_run,
         guard: Callable[[db.Conn], None] | None = None,
     ) -> None:

@@ -29,6 +29,7 @@ import psycopg
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
+from queue_workflows.common.wake import WakeEvent, wait_any
 from queue_workflows.errors import ConfigError
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.common.text import first_line
@@ -69,7 +70,7 @@ class Term:
         self.now_fn = now_fn
         self.clock = clock
         self.valid_until = granted_at + lease_seconds  # on now_fn's clock: the server's expiry is no earlier
-        self.ended = threading.Event()
+        self.ended = WakeEvent()  # its leader's hold waits on it and on the stop signal at once
 
     def renewed(self, sent_at: float) -> None:
         """The server extended the lease by a statement sent at `sent_at` (now_fn's clock)."""
@@ -152,6 +153,8 @@ class Elector:
 
     def bid(self, conn: db.Conn) -> Term | None:
         """One attempt to start a term: a Term when the lease was free and is now ours, else None."""
+        if conn.execute(_LEADERSHIP["leader_seems_vacant"], {"at": self.clock()}).fetchone() is None:
+            return None
         with conn.transaction():
             if conn.execute(_LEADERSHIP["leader_vacant"], {"at": self.clock()}).fetchone() is None:
                 return None
@@ -222,7 +225,8 @@ class Elector:
                 term.ended.set()
                 self._drop()  # our lease connection goes: a standby may take over at once
                 break
-            term.ended.wait(min(self.poll_seconds, self.renew_seconds))  # a guard that found the term over wakes us
+            # Until the next renewal; a guard that found the term over, or a stop, wakes us sooner.
+            wait_any((term.ended, stop), max(0.0, next_renewal - self.now_fn()))
 
     def resign(self) -> None:
         """Leave for good: the lease is released (a standby takes over at its next bid) and our row goes."""

@@ -23,6 +23,7 @@ from queue_workflows.leader import reclaim
 from queue_workflows.leader.leadership import Elector, Term
 from queue_workflows.leader.retention import Retention
 from queue_workflows.common.backoff import Backoff
+from queue_workflows.common.wake import WakeEvent
 from queue_workflows.dag.keeper import RunKeeper
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.errors import DatabaseUnreachableError
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def _body() -> int:
         app_loader.load_app(args.app)
-        stop = threading.Event()
+        stop = WakeEvent()  # the leader's hold wakes on it at once
         app_loader.on_stop_signals(stop.set)
         return run(stop)
 

@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable
 
 from queue_workflows import config, db, jobstore
+from queue_workflows.common import sqlfile
 from queue_workflows.jobstore import Row
 from queue_workflows.node_queue import INGEST_TABLE, NODE_TABLE
 from queue_workflows.queries import JobTable
 from queue_workflows.common.listening import run_listening
 
+_RECLAIM = sqlfile.load("queue_workflows.leader", "reclaim.sql")
 log = logging.getLogger(__name__)
 
 TABLES: tuple[JobTable, ...] = (NODE_TABLE, INGEST_TABLE)
@@ -104,10 +106,17 @@ class ReclaimLoop:
                     log.info("gpu job %s (model %s) fits a live worker again", row["id"], row["required_model"])
             self._next_prune = self.now_fn() + self.heartbeat_stale_seconds / 3
 
+    def _quiet(self, conn: db.Conn) -> float | None:
+        """The interval when the sweep has nothing to act on: one unguarded read that writes nothing."""
+        if any(self.suspects.values()) or self.now_fn() >= self._next_prune:
+            return None
+        row = conn.execute(_RECLAIM["sweep_has_work"]).fetchone()
+        return None if row is None or row["busy"] else self.interval
+
     def _step(self, conn: db.Conn) -> float:
         """One sweep; then the wait: the confirmation window while there are suspects, else the interval."""
         self.sweep(conn)
         return self.confirm_seconds if any(self.suspects.values()) else self.interval
 
     def run_forever(self) -> None:
-        run_listening(self.stop_event, what="reclaim sweep", channel=None, step=self._step, guard=self.guard)
+        run_listening(self.stop_event, what="reclaim sweep", channel=None, step=self._step, guard=self.guard, quiet=self._quiet)

@@ -1,6 +1,14 @@
 -- Named queries of the leader's recovery of jobs and workers that are gone (queue_workflows.jobstore, run by leader.reclaim).
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
 
+-- name: sweep_has_work
+-- Whether the reclaim sweep has anything to act on: a running job (its worker may die) or a
+-- delayed job now due. An idle leader asks only this, every interval, instead of the whole sweep.
+SELECT EXISTS (SELECT 1 FROM workflow_node_jobs WHERE status = 'running')
+    OR EXISTS (SELECT 1 FROM ingest_jobs WHERE status = 'running')
+    OR EXISTS (SELECT 1 FROM workflow_node_jobs WHERE status = 'scheduled' AND run_after <= now())
+    OR EXISTS (SELECT 1 FROM ingest_jobs WHERE status = 'scheduled' AND run_after <= now()) AS busy;
+
 -- name: lockless_jobs
 -- Running jobs whose worker no session speaks for any more: suspects, reclaimed only if
 -- still lockless a moment later (a live worker restores a dropped connection within that).

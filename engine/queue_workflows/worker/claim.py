@@ -35,6 +35,7 @@ from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
 from queue_workflows.common.text import first_line
+from queue_workflows.common.wake import WakeEvent
 from queue_workflows.worker.session import SessionClosed, WorkerSession
 from queue_workflows.worker.usage import Usage, UsageMeter
 from queue_workflows.common import sqlfile
@@ -69,7 +70,7 @@ class ClaimWorker:
         self.jobs_done = 0
         self.empty_claims = 0  # idle claims that found nothing: what the idle baton keeps down
         self.current_model: str | None = None
-        self.stop_event = threading.Event()
+        self.stop_event = WakeEvent()  # heard at once by an idle wait in the socket
         self.session = WorkerSession(self.channel, url=self.url, stop_event=self.stop_event)
         self.switch = WorkerSwitch(self.settings.host_label, queue)
         self.watch = JobWatch(stall_seconds=self.settings.stall_timeout_seconds)
@@ -83,7 +84,8 @@ class ClaimWorker:
         self._grace_timer: threading.Timer | None = None
         self.gpu = GpuSide(self.settings) if queue == "gpu" else None
         # A gpu worker picks jobs by the models it holds, so every idle one must see every job.
-        self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 0.25)) if self.gpu is None and self.settings.idle_baton else None
+        # Each wait in line is one statement and one wake-up; a stop waits for it to end (at most a second).
+        self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 1.0)) if self.gpu is None and self.settings.idle_baton else None
         self.meter = UsageMeter(vram=self.gpu is not None)
         self._usage: Usage | None = None
         if self.gpu is not None:
@@ -126,7 +128,7 @@ class ClaimWorker:
             self.gpu.idle()  # a quiet poll: unload models unused for QW_GPU_IDLE_UNLOAD_SECONDS
 
     def _wait_in_line(self, baton: IdleBaton) -> None:
-        """Queue for the baton for up to a poll interval, in short waits so a stop or a switch is heard."""
+        """Queue for the baton for up to a poll interval, in waits of at most a second so a stop or a switch is heard."""
         deadline = time.monotonic() + self.settings.poll_seconds
         while self._may_claim() and time.monotonic() < deadline:
             if self.switch.changed.is_set():

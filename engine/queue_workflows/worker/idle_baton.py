@@ -44,8 +44,8 @@ class IdleBaton:
         """Wait in line up to `wait_seconds`; True once this worker holds the baton."""
         if self.held_on(conn):
             return True
-        with conn.transaction():  # the wait's lock_timeout ends with it
-            row = conn.execute(_WORKER.sql("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}).fetchone()
+        # One round trip: the function sets its lock_timeout locally, and autocommit ends it with the statement.
+        row = conn.execute(_WORKER.sql("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}).fetchone()
         if not (row and row["taken"]):
             discard_backlog(conn)  # not ours to act on; and psycopg would keep them all
             return False

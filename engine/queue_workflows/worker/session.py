@@ -21,6 +21,8 @@ from psycopg import sql
 from queue_workflows.common.text import first_line
 from queue_workflows import db
 from queue_workflows.common.backoff import Backoff
+from queue_workflows.common.wake import WakeEvent
+from queue_workflows.common.wake import notifies as wake_notifies
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.common import sqlfile
 
@@ -150,9 +152,12 @@ class WorkerSession:
     def wait(self, timeout: float, payload: str, *, slice_seconds: float = 0.1, wake: threading.Event | None = None) -> bool:
         """Block up to `timeout` for a NOTIFY with `payload` (or `wake` being set); False on timeout or stop.
 
-        Waits in short slices so a stop request is honoured promptly even when idle.
+        Blocks in the socket; a stop or `wake` that is a WakeEvent ends the wait at once, a plain
+        Event within `slice_seconds`.
         """
         deadline = time.monotonic() + timeout
+        watched = [self.stop_event, wake]
+        slice_seconds = timeout if all(isinstance(e, WakeEvent) for e in watched if e is not None) else slice_seconds
 
         def _wait(conn: db.Conn) -> bool:
             while not self.stop_event.is_set():
@@ -162,7 +167,7 @@ class WorkerSession:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                for notice in conn.notifies(timeout=min(slice_seconds, remaining)):
+                for notice in wake_notifies(conn, min(slice_seconds, remaining), wake=watched):
                     if notice.payload == payload:
                         return True
             return False

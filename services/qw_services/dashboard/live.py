@@ -128,8 +128,7 @@ class Hub:
                     self.listening.set()
                     delay = 0.2
                     self._dirty.set()  # whatever happened while we were away
-                    async for note in conn.notifies():
-                        self.on_notify(note.channel, note.payload)
+                    await self._deliver(conn)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the page outlives a database outage
@@ -137,6 +136,20 @@ class Hub:
                 log.warning("dashboard listener: %s; reconnecting in %.1fs", str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _deliver(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Hand on every notification, waiting in the event loop's reader on the socket (psycopg's own wait wakes every 0.1 s)."""
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        while True:
+            async for note in conn.notifies(timeout=0):
+                self.on_notify(note.channel, note.payload)
+            readable.clear()
+            loop.add_reader(conn.fileno(), readable.set)  # removed again before psycopg next reads: it adds its own
+            try:
+                await readable.wait()
+            finally:
+                loop.remove_reader(conn.fileno())
 
     async def _refresh(self) -> None:
         while True:

@@ -70,6 +70,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .quiet_server import QuietServer
 
     given = {field: value for flag, field, _, _ in FLAGS if (value := getattr(args, flag[2:].replace("-", "_"))) is not None}
     if given:  # a flag wins over the environment, and is validated like it
@@ -82,9 +83,11 @@ def serve(args: argparse.Namespace) -> int:
     mode = "read-only (no password)" if app.state.auth.read_only else "actions need the password"
     app_loader.log.info("dashboard on http://%s:%d/ (%s); it answers the Host names %s (QW_DASHBOARD_ALLOWED_HOSTS)",
                         settings.dashboard_addr, settings.dashboard_port, mode, ", ".join(app.state.allowed_hosts))
-    uvicorn.run(app, host=settings.dashboard_addr, port=settings.dashboard_port, log_level=logging.getLevelName(logging.getLogger().level).lower(),
-                access_log=False, timeout_graceful_shutdown=2, proxy_headers=False)  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
-    return 0
+    server = QuietServer(uvicorn.Config(
+        app, host=settings.dashboard_addr, port=settings.dashboard_port, log_level=logging.getLevelName(logging.getLogger().level).lower(),
+        access_log=False, timeout_graceful_shutdown=2, proxy_headers=False))  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
+    server.run()
+    return 0 if server.started else 3  # what uvicorn.run exits with when the server never started
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from queue_workflows.common.text import first_line
 from queue_workflows.worker.session import WorkerSession, hold_worker_lock
 from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
+from queue_workflows.worker.liveness.pacing import BeatPacer
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip
@@ -86,7 +86,8 @@ class LivenessBeat(threading.Thread):
         self._lost_at: float | None = None
         self._conn: db.Conn | None = None
         self._halt = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
+        self._armed = threading.Event()  # a job runs (or the beat stops): the guard has something to watch
+        self.pacer = BeatPacer(config.check_seconds, self._halt)
         # A gpu worker's warm models, whether it is swapping, and its VRAM, shown with each heartbeat.
         self.gpu_fields: Callable[[], dict[str, Any]] = lambda: dict(NO_GPU_FIELDS)
         self.health = HealthStamp(None)  # the worker sets its QW_HEALTH_FILE
@@ -105,12 +106,13 @@ class LivenessBeat(threading.Thread):
             self._next_renew = now + self.renew_seconds
             self.watch.start(job_id, budget_seconds)
         self.state = "busy"
-        # No poke: the beat wakes every `check_seconds`; a poke per job cost a third of no-op throughput.
+        self._armed.set()
+        self.pacer.job_started()  # a poke only out of an idle beat's long sleep: one per job cost a third of no-op throughput
 
     def models_changed(self) -> None:
         """A gpu worker loaded or unloaded a model: publish its warm models now, for the others' routing."""
         self._next_heartbeat = 0.0
-        self._poke()
+        self.pacer.poke()
 
     def job_advanced(self, job_id: int, budget_seconds: float = float("inf")) -> None:
         """The next row of the running batch starts: the watchdogs follow it; the lease stays the batch's."""
@@ -149,7 +151,7 @@ class LivenessBeat(threading.Thread):
     def stopping(self) -> None:
         self.state = "stopping"
         self._next_heartbeat = 0.0
-        self._poke()
+        self.pacer.poke()
 
     def trip_current_job(self, trip: Trip) -> None:
         """Stop the running job from the main thread's side (a GPU device error): same one path."""
@@ -158,7 +160,8 @@ class LivenessBeat(threading.Thread):
     def stop(self) -> None:
         """Stop beating, remove this worker's heartbeat row and close the connection."""
         self._halt.set()
-        self._poke()
+        self._armed.set()
+        self.pacer.poke()
         if self.is_alive():
             self.join(timeout=5)
         conn = self._conn
@@ -168,11 +171,7 @@ class LivenessBeat(threading.Thread):
             except psycopg.Error as exc:
                 log.debug("liveness: heartbeat row not removed: %s", first_line(exc))
             conn.close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.pacer.close()
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -181,9 +180,12 @@ class LivenessBeat(threading.Thread):
         threading.Thread(target=self._guard, name=f"job-guard-{self.queue}", daemon=True).start()
         while not self._halt.is_set():
             try:
-                self._tick()
+                spoke = self._tick()
                 self.backoff.reset()
-                self._sleep(max(0.0, min(self.check_seconds, self._next_due() - self.now_fn())))
+                if spoke:
+                    continue  # its statements may have taken a NOTIFY into psycopg's backlog: look before sleeping
+                self.pacer.sleep(max(0.0, self._next_due() - self.now_fn()),
+                                 (self._conn, self.session.current_connection() if self._job is not None else None))
             except Exception as exc:  # noqa: BLE001 - the beat must outlive any error
                 try:
                     self._failed(exc)
@@ -194,30 +196,41 @@ class LivenessBeat(threading.Thread):
         """The lease deadline and the watchdogs, checked apart from any database call."""
         while not self._halt.wait(0.05):
             job = self._job
-            if job is None or self._returned:
+            if job is None:
+                self._armed.clear()  # then look again: a job_started() after this look sets it anew
+                if self._job is None and not self._halt.is_set():
+                    self._armed.wait()  # idle: no wake-ups until a job starts
+                continue
+            if self._returned:
                 continue
             if self.now_fn() >= self._lease_deadline - self.lease_margin:
                 self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
             elif (trip := self.watch.check()) is not None:
                 self._trip(job, trip)
 
-    def _tick(self) -> None:
+    def _tick(self) -> bool:
+        """One round of chores; True when it sent a statement on its connection."""
         conn = self._anchor()
         revoked, control_changed = self._notifications(conn)
         now = self.now_fn()
+        spoke = False
         if control_changed or now >= self._next_control_check:  # the poll covers a lost NOTIFY
             self._check_control(conn)
             self._next_control_check = now + self.heartbeat_seconds
+            spoke = True
         if self.throttle is not None and now >= self._next_memory_check:
             self._next_memory_check = now + self.memory_check_seconds
             self._check_memory(self.throttle)
         job = self._job
         if job is not None and (revoked.intersection(job.ids) or now >= self._next_renew):
             self._renew(conn, job, now)
+            spoke = True
         if now >= self._next_heartbeat:
             self._heartbeat(conn, job)
             self._next_heartbeat = now + self.heartbeat_seconds
+            spoke = True
         self.session.repair_if_idle()
+        return spoke
 
     def _anchor(self) -> db.Conn:
         """This thread's connection, holding the worker's lock and listening for revocations."""
@@ -357,33 +370,7 @@ class LivenessBeat(threading.Thread):
         return "throttled" if self.throttle is not None and self.throttle.active else "idle"
 
     def _next_due(self) -> float:
-        due = self._next_heartbeat
-        if self._job is not None:
-            due = min(due, self._next_renew, self._lease_deadline - self.lease_margin)
-        return due
-
-    def _sleep(self, timeout: float) -> None:
-        """Sleep until `timeout`, a poke, or the server writes to one of our connections."""
-        fds = [self._wake_r]
-        for conn in (self._conn, self.session.current_connection() if self._job is not None else None):
-            if conn is not None and not conn.closed:
-                try:
-                    fds.append(conn.fileno())
-                except psycopg.Error:
-                    pass
-        try:
-            ready, _, _ = select.select(fds, [], [], timeout)
-        except (OSError, ValueError):
-            self._halt.wait(min(timeout, 0.05))
-            return
-        if self._wake_r in ready:
-            try:
-                os.read(self._wake_r, 4096)
-            except OSError:
-                pass
-
-    def _poke(self) -> None:
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:
-            pass
+        self.pacer.long_sleep = True  # before the look at the job: a job_started() after it pokes
+        chores = min(self._next_heartbeat, self._next_control_check, self._next_memory_check if self.throttle is not None else float("inf"))
+        job_due = min(self._next_renew, self._lease_deadline - self.lease_margin) if self._job is not None else None
+        return self.pacer.due(self.now_fn(), chores, job_due)
