@@ -18,11 +18,11 @@ from __future__ import annotations
 import random
 import sys
 
-import psycopg
-
 import common
+import psycopg
 from common import Procs
 from schedule_bound import best_makespan
+
 from queue_workflows import testing
 
 MIXES = {

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import sys
 
-import psycopg
-
 import common
+import psycopg
 from common import Procs
+
 from queue_workflows import testing
 
 FINISHED = 1_000_000

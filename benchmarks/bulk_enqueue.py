@@ -15,9 +15,8 @@ import sys
 import time
 from collections.abc import Callable
 
-import psycopg
-
 import common
+import psycopg
 import systems
 
 

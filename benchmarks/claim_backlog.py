@@ -13,7 +13,6 @@ import sys
 import time
 
 import psycopg
-
 from common import banner, base_parser, drop_database, median, percentile, postgres_server, print_table, qw_database
 
 

@@ -26,6 +26,7 @@ from typing import Any
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 import psycopg  # noqa: E402
+
 from queue_workflows import testing  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -208,7 +209,7 @@ class Procs:
         else:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
-    def __enter__(self) -> "Procs":
+    def __enter__(self) -> Procs:
         return self
 
     def __exit__(self, *exc: object) -> None:

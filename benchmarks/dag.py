@@ -17,11 +17,11 @@ import sys
 import time
 from typing import Any
 
+import common
 import psycopg
+from common import Procs, median, percentile
 from psycopg.rows import dict_row
 
-import common
-from common import Procs, median, percentile
 from queue_workflows import testing
 
 CALL = "bench_app:dag_step"

@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 
+import common
 import httpx
 import psutil
 import psycopg
-
-import common
 from common import Procs, median, percentile
+
 from queue_workflows import db
 
 PUBLISH = ("WITH up AS (INSERT INTO host_metrics (host_label, payload_version, payload, sampled_at, updated_at) "

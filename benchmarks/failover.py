@@ -27,6 +27,7 @@ from typing import Any
 
 import common
 from common import Procs, median, percentile
+
 from queue_workflows import testing
 
 TWO_STEPS = {"name": "failover", "nodes": [{"id": "a", "call": "bench_app:dag_step"}, {"id": "b", "call": "bench_app:dag_step", "deps": ["a"]}]}

@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 from common import Procs, median, percentile
+
 from queue_workflows import db
 from queue_workflows.gpu.probe import probe_gpus
 from queue_workflows.telemetry import nvidia

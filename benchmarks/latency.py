@@ -25,12 +25,12 @@ import random
 import sys
 import time
 
-import psycopg
-
 import common
-from queue_workflows import testing
+import psycopg
 import systems
 from common import Procs, percentile
+
+from queue_workflows import testing
 
 PONG_SCRIPT = """
 import sys, psycopg

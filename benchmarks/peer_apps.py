@@ -55,7 +55,6 @@ async def pgqueuer_factory() -> AsyncIterator[PgQueuer]:
     url = os.environ["BENCH_PGQUEUER_URL"]
     if pgqueuer_driver_name() == "asyncpg":
         import asyncpg
-
         from psycopg.conninfo import conninfo_to_dict
 
         params = conninfo_to_dict(url)  # a libpq DSN or URI, as the other systems get

@@ -26,12 +26,12 @@ import subprocess
 import time
 from typing import Any
 
+import common
 import psycopg
+from common import Procs, median
 from psycopg.rows import dict_row
 
-import common
 from queue_workflows import testing
-from common import Procs, median
 
 PEERS = [
     (

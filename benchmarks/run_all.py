@@ -31,7 +31,6 @@ def header(database_url: str | None) -> str:
     from importlib import metadata
 
     import psutil
-
     import psycopg
 
     with common.postgres_server(database_url) as server_url, psycopg.connect(server_url) as conn:

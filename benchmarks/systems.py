@@ -12,11 +12,11 @@ import sys
 import time
 from typing import Any
 
-import psycopg
-
 import common
-from queue_workflows import testing
+import psycopg
 from common import Procs
+
+from queue_workflows import testing
 
 
 class System:

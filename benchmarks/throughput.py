@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 
 import common
-from queue_workflows import testing
 import systems
 from common import Procs
+
+from queue_workflows import testing
 
 
 @dataclass

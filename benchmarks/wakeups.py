@@ -25,12 +25,10 @@ import select
 import sys
 from dataclasses import dataclass, field
 
+import common
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-
-import common
-from common import median
 
 QUEUES = [f"q{i}" for i in range(10)]
 TOTAL = 80  # idle listeners in all: the embedded server allows 100 connections

@@ -20,11 +20,11 @@ import time
 from datetime import datetime
 from typing import Any
 
+import common
 import psycopg
+from common import Procs, median, percentile
 from psycopg.rows import dict_row
 
-import common
-from common import Procs, median, percentile
 from queue_workflows import testing
 
 

@@ -19,15 +19,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import qw_test_app
+from procs import TEST_INGEST_QUEUES, TEST_NODE_PACKAGES, PrivatePostgres, Procs
 from psycopg import conninfo, sql
 
 import queue_workflows
 from queue_workflows import config, db, schedule, tasks, testing
 from queue_workflows.dag import hooks as dag_hooks
 from queue_workflows.gpu import registry as model_registry
-
-import qw_test_app
-from procs import TEST_INGEST_QUEUES, TEST_NODE_PACKAGES, PrivatePostgres, Procs
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a test reads it, as a deployment would
@@ -58,7 +57,7 @@ def _testcontainers_url() -> tuple[str, object] | None:
         container.start()
         return container.get_connection_url(), container
     except Exception as exc:  # noqa: BLE001
-        warnings.warn(f"Docker answered but the Postgres container did not start ({exc}); using pgserver")
+        warnings.warn(f"Docker answered but the Postgres container did not start ({exc}); using pgserver", stacklevel=2)
         return None
 
 

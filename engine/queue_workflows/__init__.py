@@ -15,9 +15,15 @@ See docs/architecture.md.
 from __future__ import annotations
 
 from queue_workflows import claim_worker, db, node_queue, worker_control
-from queue_workflows.leader import reclaim
-from queue_workflows.ops import admin
+from queue_workflows.callables import CallableNotAllowedError, register_node_callable
 from queue_workflows.config import EngineConfig, configure, current
+from queue_workflows.control.throttle import MemoryReadings, set_memory_probe
+from queue_workflows.dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
+from queue_workflows.dag.audit import run_actions
+from queue_workflows.dag.control import cancel_run, restart_run
+from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows.dag.inputs import submit_input
+from queue_workflows.dag.store import run_status, start_run
 from queue_workflows.errors import (
     ConfigError,
     InvalidNameError,
@@ -29,19 +35,13 @@ from queue_workflows.errors import (
     UnknownQueueError,
     UnknownTaskError,
 )
-from queue_workflows.settings import Settings
 from queue_workflows.gpu.registry import set_builtin_model_registrar
-from queue_workflows.control.throttle import MemoryReadings, set_memory_probe
-from queue_workflows.worker.progress import report_progress
+from queue_workflows.leader import reclaim
+from queue_workflows.ops import admin
 from queue_workflows.schedule import ScheduleEntry, set_ingest_schedule
+from queue_workflows.settings import Settings
 from queue_workflows.tasks import register_ingest_task
-from queue_workflows.callables import CallableNotAllowedError, register_node_callable
-from queue_workflows.dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
-from queue_workflows.dag.store import run_status, start_run
-from queue_workflows.dag.audit import run_actions
-from queue_workflows.dag.control import cancel_run, restart_run
-from queue_workflows.dag.inputs import submit_input
-from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows.worker.progress import report_progress
 
 __version__ = "0.1.0"
 

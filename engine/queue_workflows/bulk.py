@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from queue_workflows import config, db
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.node_queue import _INGEST_ARGS, _bulk_item_params
 from queue_workflows.payloads import json_text
-from queue_workflows.common import sqlfile
 
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")
 

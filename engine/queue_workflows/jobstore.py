@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.rows import dict_row
 
 from queue_workflows import db, queries
+from queue_workflows.common import sqlfile
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.queries import JobTable
-from queue_workflows.common import sqlfile
 
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")

@@ -6,7 +6,15 @@
 from __future__ import annotations
 
 from queue_workflows.gpu.cache import ModelCache, ModelLoadError, current
-from queue_workflows.gpu.registry import ModelSpec, UnknownModelError, ensure_builtin_models, get, register, registered, set_builtin_model_registrar
+from queue_workflows.gpu.registry import (
+    ModelSpec,
+    UnknownModelError,
+    ensure_builtin_models,
+    get,
+    register,
+    registered,
+    set_builtin_model_registrar,
+)
 
 __all__ = [
     "ModelCache",

@@ -14,13 +14,13 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from queue_workflows import callables, config, db, jobstore, tasks
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
 from queue_workflows.payloads import check_text, clean_text, json_object, shown
 from queue_workflows.queries import JobTable
 from queue_workflows.settings import QUEUE_NAME_RE, RESERVED_QUEUES
-from queue_workflows.common import sqlfile
 
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")

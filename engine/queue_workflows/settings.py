@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
@@ -228,10 +228,10 @@ class Settings(BaseSettings):
     @field_validator("schedule_time_origin")
     @classmethod
     def _aware_origin(cls, value: datetime | None) -> datetime | None:
-        return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
     @model_validator(mode="after")
-    def _check_lease(self) -> "Settings":
+    def _check_lease(self) -> Settings:
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError(
                 f"QW_LEASE_RENEW_SECONDS ({self.lease_renew_seconds:g}) must be shorter than "

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from queue_workflows.control.commands import main, switch_from_shell
 from queue_workflows.control.api import desired_state_for, disable_worker, enable_worker, list_controls
+from queue_workflows.control.commands import main, switch_from_shell
 
 __all__ = ["desired_state_for", "disable_worker", "enable_worker", "list_controls", "main", "switch_from_shell"]
 

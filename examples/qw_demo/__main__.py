@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
+import qw_demo
 from queue_workflows import app_loader, db
 from queue_workflows.ops import overview
-
-import qw_demo
 
 QUEUES = ["fetch", "load"]
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from queue_workflows.ops import admin, status
-from queue_workflows import app_loader, config, db, node_queue, scheduler
+from queue_workflows import app_loader, db, scheduler
 from queue_workflows.control import commands as worker_control
+from queue_workflows.ops import status
 
 from . import health, ops
 from .dashboard import service as dashboard_service

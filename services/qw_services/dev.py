@@ -195,7 +195,7 @@ def run(*, jobs: int, exit_when_done: bool, timeout: float, app: str | None = No
         db.close_pools()
         if server is not None:
             print("qw dev: stopping embedded Postgres", flush=True)
-            server._cleanup()  # stop now rather than at interpreter exit
+            server._cleanup()  # noqa: SLF001 - pgserver has no public stop; stop now, not at interpreter exit
 
 
 def _log_level(given: str | None, verbose: bool) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 
 from queue_workflows import app_loader, config, db
-from queue_workflows.worker.liveness import id_notes
 from queue_workflows.common import sqlfile
+from queue_workflows.worker.liveness import id_notes
 
 _HEALTH = sqlfile.load("qw_services", "health.sql")
 

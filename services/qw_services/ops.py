@@ -17,11 +17,20 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from queue_workflows import InvalidNameError, InvalidPayloadError, cancel_run, node_queue, restart_run, run_actions, run_status, submit_input
-from queue_workflows.ops import admin
+from queue_workflows import (
+    InvalidNameError,
+    InvalidPayloadError,
+    cancel_run,
+    node_queue,
+    restart_run,
+    run_actions,
+    run_status,
+    submit_input,
+)
 from queue_workflows.control import commands as worker_control
 from queue_workflows.dag import InputNotAwaitedError, RunStateError
 from queue_workflows.errors import UnknownQueueError
+from queue_workflows.ops import admin
 
 from .tables import age, print_table
 

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 import psycopg
-
 import qw_test_app  # noqa: F401 - registers the usual test tasks too
+
 from queue_workflows import config, register_ingest_task
 
 _local = threading.local()
@@ -46,7 +46,7 @@ def spawn_then_hang(reason: str, args: dict[str, Any]) -> dict[str, Any]:
         pid = subprocess.Popen(argv).pid
     _conn().execute("INSERT INTO test_executions (token, worker_pid) VALUES (%s, %s)", (str(args["token"]), pid))
     time.sleep(float(args["hang"]))
-    return {"child": child.pid}
+    return {"child": pid}
 
 
 register_ingest_task("tick", tick)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from procs import query
 from psycopg.pq import TransactionStatus
 
 import queue_workflows
-from queue_workflows import InvalidPayloadError
-from queue_workflows import worker_control
+from queue_workflows import InvalidPayloadError, worker_control
 from queue_workflows.dag import Workflow, WorkflowValidationError, cancel_run, restart_run, run_cancelled, submit_input
 from queue_workflows.payloads import MAX_JSON_DEPTH
-
-from procs import query
 
 N = "qw_dag_nodes"
 MAX_NAME_CHARS = 200  # the documented limit on a workflow name and a note (docs/dag.md)

@@ -9,9 +9,9 @@ from psycopg import sql
 
 import queue_workflows
 from queue_workflows import db, node_queue, queries, register_ingest_task
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobstore import Claimant
-from queue_workflows.common import sqlfile
 
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 

@@ -14,16 +14,14 @@ from collections import Counter
 
 import psycopg
 import pytest
+from dag_rows import duplicates, executions, rows, run_row, states
+from procs import Procs, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
 
 import queue_workflows
-from queue_workflows import testing
-from queue_workflows import node_queue
+from queue_workflows import node_queue, testing
 from queue_workflows.dag import RunStateError, Workflow, cancel_run, reconcile_runs, restart_run, run_cancelled
 from queue_workflows.dag.control import running_node
 from queue_workflows.dag.outbox import DispatchDrain
-
-from dag_rows import duplicates, executions, rows, run_row, states
-from procs import Procs, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
 
 N = "qw_dag_nodes"
 C = "qw_dag_cancel_nodes"

@@ -9,8 +9,7 @@ import psycopg
 import pytest
 
 import queue_workflows
-from queue_workflows import InvalidPayloadError, node_queue, register_ingest_task
-from queue_workflows import claim_worker
+from queue_workflows import InvalidPayloadError, claim_worker, node_queue, register_ingest_task
 
 
 def test_a_second_enqueue_with_a_live_key_returns_the_first_job(database_url, conn):

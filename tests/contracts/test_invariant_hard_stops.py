@@ -17,17 +17,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from psycopg.types.json import Jsonb
-
 import qw_stop_tasks
 from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows.worker import exits
+from psycopg.types.json import Jsonb
+
 from queue_workflows import node_queue, register_ingest_task
 from queue_workflows.leader import reclaim
+from queue_workflows.worker import exits
 from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.worker.executor import Outcome
 from queue_workflows.worker.liveness.watchdogs import Trip
-
 
 
 @pytest.fixture(autouse=True)

@@ -10,14 +10,13 @@ import signal
 import time
 
 import pytest
-
 import qw_test_app
+from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
+
 from queue_workflows import node_queue
-from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.tasks import register_ingest_task
-
-from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
+from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 
 pytestmark = pytest.mark.multiprocess
 WORKERS = 6

@@ -15,13 +15,12 @@ import time
 
 import psycopg
 import pytest
-
 import qw_test_app
-from queue_workflows.ops import admin
+from procs import Procs, log_text, query, service_env, wait_for_log, wait_until, wait_workers_ready
+
 from queue_workflows import db, node_queue, register_ingest_task
 from queue_workflows.leader.leadership import Elector, LeadershipLost, Term
-
-from procs import Procs, log_text, query, service_env, wait_for_log, wait_until, wait_workers_ready
+from queue_workflows.ops import admin
 
 # The backend of the leader's lease connection, in this test's database only.
 LEASE_HOLDER = """

@@ -13,9 +13,20 @@ import time
 
 import psycopg
 import pytest
-
-from procs import PrivatePostgres, Procs, wait_exit, log_text, query, query_or_none, service_env, wait_for_log, wait_until, wait_workers_ready
 import qw_test_app
+from procs import (
+    PrivatePostgres,
+    Procs,
+    log_text,
+    query,
+    query_or_none,
+    service_env,
+    wait_exit,
+    wait_for_log,
+    wait_until,
+    wait_workers_ready,
+)
+
 from queue_workflows import db, node_queue, register_ingest_task
 
 pytestmark = pytest.mark.multiprocess
@@ -86,7 +97,7 @@ def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_tw
 
     restore_times = []
     terminated: set[int] = set()
-    for round_ in range(2):
+    for _round in range(2):
         for victim in list(holders):
             query(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (victim,))
             terminated.add(victim)
@@ -201,8 +212,7 @@ def test_the_beat_outlives_unexpected_errors_and_keeps_renewing(database_url: st
     import threading
 
     import queue_workflows
-    from queue_workflows import claim_worker
-    from queue_workflows import jobstore
+    from queue_workflows import claim_worker, jobstore
 
     queue_workflows.configure(database_url=database_url, ingest_queues=frozenset({"fetch"}), lease_seconds=3, lease_renew_seconds=0.2)
     release = threading.Event()

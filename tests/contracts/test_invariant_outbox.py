@@ -10,15 +10,14 @@ import select
 
 import psycopg
 import pytest
+from procs import query
 
 import queue_workflows
 from queue_workflows import jobstore, node_queue
-from queue_workflows.leader import reclaim
+from queue_workflows.common import sqlfile
 from queue_workflows.dag import Workflow, store
 from queue_workflows.dag.outbox import DispatchDrain
-
-from procs import query
-from queue_workflows.common import sqlfile
+from queue_workflows.leader import reclaim
 
 _ADMIN = sqlfile.load("queue_workflows.ops", "admin.sql")
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")

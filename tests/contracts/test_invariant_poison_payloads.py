@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from psycopg.pq import TransactionStatus
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_until, wait_workers_ready
-from queue_workflows import claim_worker
-from queue_workflows import node_queue, register_ingest_task
+from psycopg.pq import TransactionStatus
+
+from queue_workflows import claim_worker, node_queue, register_ingest_task
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, UnknownQueueError, UnknownTaskError
 from queue_workflows.payloads import MAX_JSON_DEPTH, clean_text, json_object
 

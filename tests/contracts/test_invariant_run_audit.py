@@ -10,12 +10,11 @@ import sys
 
 import psycopg
 import pytest
+from procs import query, service_env
 
 import queue_workflows
 from queue_workflows import InvalidPayloadError, run_actions
 from queue_workflows.dag import RunStateError, Workflow, cancel_run, restart_run, submit_input
-
-from procs import query, service_env
 
 N = "qw_dag_nodes"
 

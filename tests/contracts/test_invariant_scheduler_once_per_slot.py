@@ -12,15 +12,14 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from procs import query, service_env, wait_exit, wait_for_log, wait_until
 
 import queue_workflows
 from queue_workflows.schedule import ScheduleEntry, SlotStore
 from queue_workflows.schedule.slots import Fire
-
-from procs import query, service_env, wait_exit, wait_for_log, wait_until
 
 MINUTE = timedelta(minutes=1)
 
@@ -45,7 +44,7 @@ def assert_each_slot_once_with_its_job(url: str) -> None:
     assert all(j["n"] == 1 for j in jobs), f"a slot enqueued twice: {[j for j in jobs if j['n'] > 1]}"
     assert len(jobs) == len(rows), "every job has its slot row"
     for r in rows:
-        assert r["reason"].startswith(f"schedule {r['entry_name']}@{r['slot_time'].astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S}Z")
+        assert r["reason"].startswith(f"schedule {r['entry_name']}@{r['slot_time'].astimezone(UTC):%Y-%m-%dT%H:%M:%S}Z")
 
 
 def minutes_between(rows: list[dict]) -> list[int]:
@@ -121,8 +120,8 @@ def test_sigterm_ends_a_sleeping_scheduler_at_once(database_url, procs):
 def test_replicas_racing_on_one_slot_enqueue_it_once(database_url):
     queue_workflows.register_ingest_task("noop", lambda reason: {})
     entry = ScheduleEntry.cron("* * * * *", "race", "noop", "fetch")
-    slot = Fire(datetime(2024, 5, 1, 12, 37, tzinfo=timezone.utc), "slot")
-    boot = Fire(datetime(2024, 5, 1, 12, 0, 1, tzinfo=timezone.utc), "boot")
+    slot = Fire(datetime(2024, 5, 1, 12, 37, tzinfo=UTC), "slot")
+    boot = Fire(datetime(2024, 5, 1, 12, 0, 1, tzinfo=UTC), "boot")
     barrier = threading.Barrier(8)
     results: list[object] = []
 

@@ -4,15 +4,15 @@ when its lease lapses when the host is merely unreachable."""
 
 from __future__ import annotations
 
-import re
 import pathlib
+import re
 
 import pytest
 
 import queue_workflows
 from queue_workflows import db, node_queue, register_ingest_task
-from queue_workflows.leader import reclaim
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
+from queue_workflows.leader import reclaim
 
 
 @pytest.fixture(autouse=True)

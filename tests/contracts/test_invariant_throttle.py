@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_until, wait_workers_ready
+
 from queue_workflows import ConfigError, node_queue, register_ingest_task
 from queue_workflows.control.throttle import Marks, MemoryReadings, Throttle
 from queue_workflows.settings import load_settings

@@ -7,14 +7,14 @@ Decisions run on a virtual clock; trips run in real worker processes with short 
 from __future__ import annotations
 
 import pytest
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
-from queue_workflows.worker import exits
+
 from queue_workflows import node_queue, register_ingest_task
 from queue_workflows.jobrow import IngestJob, NodeJob
-from queue_workflows.worker.liveness.watchdogs import JobWatch, budget_for
 from queue_workflows.settings import Settings
+from queue_workflows.worker import exits
+from queue_workflows.worker.liveness.watchdogs import JobWatch, budget_for
 
 
 class Clock:

@@ -13,11 +13,10 @@ import sys
 import time
 
 import pytest
-
 import qw_test_app
 from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
-from queue_workflows import InvalidNameError, InvalidPayloadError, node_queue, register_ingest_task
-from queue_workflows import worker_control
+
+from queue_workflows import InvalidNameError, InvalidPayloadError, node_queue, register_ingest_task, worker_control
 
 pytestmark = pytest.mark.multiprocess
 

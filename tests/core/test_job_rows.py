@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import psycopg
 import pytest
+from procs import query
 
 import queue_workflows
 from queue_workflows import db, node_queue, register_ingest_task
@@ -23,8 +24,6 @@ from queue_workflows.worker.batch import BatchWorker
 from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
 from queue_workflows.worker.session import WorkerSession
-
-from procs import query
 
 N = "qw_dag_nodes"
 

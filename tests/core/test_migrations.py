@@ -4,11 +4,10 @@ import threading
 
 import psycopg
 import pytest
+from procs import wait_until
 
 from queue_workflows import db
 from queue_workflows.errors import MigrationError, SchemaNotReadyError
-
-from procs import wait_until
 
 ENGINE_TABLES = {"workflow_runs", "workflow_node_jobs", "ingest_jobs", "worker_heartbeats"}
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pydantic
 import pytest
 
 import queue_workflows
@@ -58,5 +59,5 @@ def test_current_configures_lazily_and_settings_are_immutable(monkeypatch):
     config.reset()
     settings = config.current().settings
     assert settings.host_label == "lazy"
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         settings.host_label = "changed"  # type: ignore[misc]

@@ -3,12 +3,11 @@ created or left running reaches the next one, with no list of tables to keep up 
 
 from __future__ import annotations
 
+import qw_test_app
+from procs import query, service_env
 from psycopg import conninfo
 
-import qw_test_app
 from queue_workflows import node_queue, tasks
-
-from procs import query, service_env
 
 PROBE = "isolation_probe"
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import qw_dag_nodes
 
 from queue_workflows.dag import Workflow, WorkflowValidationError, set_node_module_package, set_node_resolver, validate
-
-
-import qw_dag_nodes
 
 N = "qw_dag_nodes"
 

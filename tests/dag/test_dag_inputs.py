@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from dag_rows import approval, complete, rows, states
+from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 import queue_workflows
 from queue_workflows import InvalidPayloadError
-from queue_workflows.dag import InputNotAwaitedError, Workflow, WorkflowValidationError, cancel_run, restart_run, submit_input, validate
-from queue_workflows.dag import inputs
+from queue_workflows.dag import (
+    InputNotAwaitedError,
+    Workflow,
+    WorkflowValidationError,
+    cancel_run,
+    inputs,
+    restart_run,
+    submit_input,
+    validate,
+)
 from queue_workflows.dag.outbox import DispatchDrain
-
-from dag_rows import approval, complete, rows, states
-from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 N = "qw_dag_nodes"
 C = "qw_dag_cancel_nodes"

@@ -7,11 +7,10 @@ import signal
 from collections import Counter
 
 import pytest
+from procs import Procs, pid_of, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 import queue_workflows
 from queue_workflows.dag import Workflow
-
-from procs import Procs, pid_of, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 pytestmark = pytest.mark.multiprocess
 

@@ -6,14 +6,12 @@ from contextlib import contextmanager
 
 import psycopg
 import pytest
+from procs import query
 
 import queue_workflows
-from queue_workflows import testing
-from queue_workflows import node_queue
+from queue_workflows import node_queue, testing
 from queue_workflows.dag import Workflow, WorkflowValidationError
 from queue_workflows.dag.outbox import DispatchDrain
-
-from procs import query
 
 N = "qw_dag_nodes"
 

@@ -14,10 +14,9 @@ import threading
 from collections import Counter
 
 import pytest
+from procs import Procs, query, service_env, wait_until, wait_workers_ready
 
 import queue_workflows
-
-from procs import Procs, query, service_env, wait_until, wait_workers_ready
 
 pytestmark = pytest.mark.multiprocess
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-
-import queue_workflows
-from queue_workflows.dag import Workflow, WorkflowValidationError, cancel_run, reconcile_runs, restart_run, submit_input, validate
-from queue_workflows.dag import inputs
-from queue_workflows.dag.outbox import DispatchDrain
-
 from dag_rows import rows, run_row, states
 from procs import Procs, log_text, query, service_env, wait_for_log, wait_until
+
+import queue_workflows
+from queue_workflows.dag import Workflow, WorkflowValidationError, cancel_run, inputs, reconcile_runs, restart_run, submit_input, validate
+from queue_workflows.dag.outbox import DispatchDrain
 
 N = "qw_dag_nodes"
 

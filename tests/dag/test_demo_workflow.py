@@ -6,13 +6,13 @@ import subprocess
 import sys
 import threading
 
+from procs import query, service_env
+
 import qw_demo.nodes as demo
 from queue_workflows import run_status, start_run
-from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.testing import wait_until
-
-from procs import query, service_env
+from queue_workflows.worker.claim import ClaimWorker
 
 
 def test_the_demo_workflow_skips_translation_for_english_only(database_url, conn):
@@ -48,7 +48,6 @@ def test_the_demo_workflow_skips_translation_for_english_only(database_url, conn
 
 def test_the_demo_approval_waits_for_input_then_publishes(database_url):
     import qw_demo
-
     from queue_workflows import submit_input
     from queue_workflows.dag.keeper import RunKeeper
 

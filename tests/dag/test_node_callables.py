@@ -11,15 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_exit
 from psycopg.rows import dict_row
 
 import queue_workflows
-from queue_workflows import testing
-from queue_workflows import node_queue
+from queue_workflows import node_queue, testing
 from queue_workflows.dag import Workflow, WorkflowValidationError
 from queue_workflows.errors import ConfigError
-
-from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_exit
 
 APP_FILES = {
     "myapp/__init__.py": "",

@@ -12,13 +12,12 @@ import sys
 
 import psycopg
 import pytest
+from procs import TEST_INGEST_QUEUES
 from psycopg import conninfo, errors
 
 import queue_workflows
 from queue_workflows import config, db, node_queue, tasks, testing
 from queue_workflows.errors import ConfigError
-
-from procs import TEST_INGEST_QUEUES
 
 SCHEMA_CHANGES = [
     "DROP TABLE ingest_jobs",

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from procs import query, wait_until
 
 from queue_workflows import db
-
-from procs import query, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

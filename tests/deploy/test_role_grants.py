@@ -8,24 +8,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
+from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 from psycopg import conninfo, errors, sql
 
 import queue_workflows
-from queue_workflows import db, node_queue
-from queue_workflows.leader import reclaim, retention
-from queue_workflows import worker_control
+from queue_workflows import db, node_queue, worker_control
 from queue_workflows.dag import Workflow
 from queue_workflows.jobstore import Claimant
+from queue_workflows.leader import reclaim, retention
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire
 from queue_workflows.schedule.store import SlotStore
 from queue_workflows.telemetry import snapshot, store
-
-from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 LEDGER = "DELETE FROM queue_schema_version"
 DEPOSE = "UPDATE qw_leadership SET epoch = epoch + 1"
@@ -172,12 +170,12 @@ def test_the_scheduler_role_enqueues_its_slot_once(login_as):
     queue_workflows.configure(database_url=login_as("qw_scheduler"), ingest_queues=TEST_INGEST_QUEUES)
     queue_workflows.register_ingest_task("noop", lambda reason: {})
     entry = ScheduleEntry.cron("* * * * *", "roles", "noop", "fetch")
-    fire = Fire(datetime(2024, 5, 1, 12, 37, tzinfo=timezone.utc), "slot")
+    fire = Fire(datetime(2024, 5, 1, 12, 37, tzinfo=UTC), "slot")
     slots = SlotStore(replica="roles")
     try:
         job = slots.fire(entry, fire)
         assert job is not None and slots.fire(entry, fire) is None
-        assert slots.prune(datetime(2024, 5, 1, 13, 0, tzinfo=timezone.utc)) == 0  # the entry's latest slot stays
+        assert slots.prune(datetime(2024, 5, 1, 13, 0, tzinfo=UTC)) == 0  # the entry's latest slot stays
     finally:
         slots.close()
 

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from e2e_support import ROOT, engine_problem
 from operator_docs import Host, clean_env, copy_of_the_repository, shell_blocks
 

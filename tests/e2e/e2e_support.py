@@ -11,9 +11,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-import qw_demo
-
 import queue_workflows
+import qw_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("completed", "failed", "cancelled")

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from e2e_support import ROOT, engine_problem
 
 PYTHON_BASE = "python:3.11-slim-bookworm"  # pulled or stood in by .ci/standin-images.sh

@@ -12,11 +12,10 @@ import json
 import os
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from procs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -102,7 +101,7 @@ def test_a_health_check_costs_less_than_50_ms_of_cpu(stack):
 
 def _health_window(stack, seconds: float) -> tuple[set[str], list[str], float]:
     """Watch every service for `seconds`: those seen unhealthy, the checks that failed meanwhile, the longest check."""
-    began = datetime.now(timezone.utc).replace(tzinfo=None)
+    began = datetime.now(UTC).replace(tzinfo=None)
     unhealthy: set[str] = set()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -23,15 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-import qw_demo
-
-import queue_workflows
-from queue_workflows import node_queue
-
 from e2e_support import rows
 from operator_docs import Host, block_under, clean_env, copy_of_the_repository, with_per_host_values
 from procs import wait_until
+
+import queue_workflows
+import qw_demo
+from queue_workflows import node_queue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 # label: (role, extra compose files)

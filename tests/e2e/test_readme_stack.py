@@ -11,7 +11,6 @@ import re
 import subprocess
 
 import pytest
-
 from operator_docs import Block, Host, shell_blocks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -11,13 +11,12 @@ import subprocess
 
 import psycopg
 import pytest
+from e2e_support import ROOT
+from procs import wait_until
 from psycopg import conninfo, errors
 
 import queue_workflows
 from queue_workflows import node_queue
-
-from e2e_support import ROOT
-from procs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ROLES = {"orchestrator": "qw_orchestrator", "scheduler": "qw_scheduler", "dashboard": "qw_dashboard",

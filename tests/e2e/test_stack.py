@@ -16,14 +16,13 @@ import urllib.request
 
 import psycopg
 import pytest
-
-from queue_workflows import node_queue
-
 from e2e_support import TERMINAL
 from e2e_support import rows as _rows
 from e2e_support import rows_or_none as _rows_or_none
 from e2e_support import use as _use
 from procs import wait_until
+
+from queue_workflows import node_queue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

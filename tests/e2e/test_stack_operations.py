@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-
 from e2e_support import ROOT, TERMINAL
 from e2e_support import rows as _rows
 from e2e_support import rows_or_none as _rows_or_none

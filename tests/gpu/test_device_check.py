@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from procs import Procs, log_text, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
+
 from queue_workflows import node_queue
 
 pytestmark = pytest.mark.multiprocess

@@ -5,11 +5,10 @@ checks the device first. Both count against the watchdog cap."""
 from __future__ import annotations
 
 import pytest
+from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
 
 import queue_workflows
-from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
-from queue_workflows import claim_worker
-from queue_workflows import node_queue, register_ingest_task
+from queue_workflows import claim_worker, node_queue, register_ingest_task
 from queue_workflows.gpu.errors import classify
 
 

@@ -11,16 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_for_log, wait_until
 
 import queue_workflows
-from queue_workflows import claim_worker
-from queue_workflows import db, jobstore, model_registry, node_queue
-from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
+from queue_workflows import claim_worker, db, jobstore, model_registry, node_queue
 from queue_workflows.gpu.cache import ModelCache, ModelLoadError
 from queue_workflows.gpu.side import GpuSide
-
-from procs import TEST_INGEST_QUEUES
-from procs import Procs, query, service_env, wait_for_log, wait_until
+from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 
 
 class Clock:

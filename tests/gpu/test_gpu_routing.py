@@ -10,12 +10,11 @@ import threading
 
 import psycopg
 import pytest
+from procs import query, wait_until
 
 import queue_workflows
 from queue_workflows import jobstore, node_queue
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
-
-from procs import query, wait_until
 
 ME = jobstore.Claimant("w-me", 901)
 
@@ -215,8 +214,8 @@ def test_claim_preludes_only_for_routed_gpu_claims():
 
 
 def test_advisory_lock_namespaces_are_distinct():
-    from queue_workflows.worker import idle_baton
     from queue_workflows import jobstore
+    from queue_workflows.worker import idle_baton
 
     spaces = [jobstore.WORKER_LOCK_NAMESPACE, idle_baton.BATON_NAMESPACE, node_queue.GPU_CLAIM_LOCK_NAMESPACE]
     assert len(set(spaces)) == len(spaces), spaces

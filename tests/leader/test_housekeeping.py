@@ -8,13 +8,12 @@ import threading
 import time
 
 import psycopg
+from procs import wait_until
 from psycopg import sql
 
-from queue_workflows import jobstore, node_queue, register_ingest_task
-from queue_workflows.leader import reclaim
+from queue_workflows import node_queue, register_ingest_task
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
-
-from procs import wait_until
+from queue_workflows.leader import reclaim
 
 
 def _sweep(database_url: str) -> reclaim.ReclaimLoop:

@@ -7,21 +7,20 @@ Real Postgres, real connections; only the time the lease queries judge by is inj
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 from psycopg import errors
 
-from queue_workflows.ops import admin
 from queue_workflows import db
 from queue_workflows.errors import ConfigError
 from queue_workflows.leader.leadership import Elector, LeadershipLost, Term
+from queue_workflows.ops import admin
 from queue_workflows.settings import load_settings
 
-
 LEASE = 5.0
-START = datetime(2030, 1, 1, tzinfo=timezone.utc)
+START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 class Clocks:

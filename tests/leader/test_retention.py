@@ -8,15 +8,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_until
 
 import queue_workflows
 from queue_workflows import ConfigError
-from queue_workflows.leader import retention
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
-
-from procs import TEST_INGEST_QUEUES
-from procs import Procs, query, service_env, wait_until
+from queue_workflows.leader import retention
 
 N = "qw_dag_nodes"
 HOUR = 3600.0

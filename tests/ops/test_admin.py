@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
-from queue_workflows import InvalidNameError, InvalidPayloadError, node_queue, register_ingest_task
-from queue_workflows.ops import admin
-from queue_workflows import claim_worker
-from queue_workflows.leader import reclaim
+
+from queue_workflows import InvalidNameError, InvalidPayloadError, claim_worker, node_queue, register_ingest_task
 from queue_workflows.jobstore import Claimant
+from queue_workflows.leader import reclaim
+from queue_workflows.ops import admin
 
 
 @pytest.fixture(autouse=True)

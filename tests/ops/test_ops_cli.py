@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from qw_services import cli
 
-from queue_workflows import claim_worker
-from queue_workflows import config, node_queue, register_ingest_task
-from queue_workflows import worker_control
+from queue_workflows import claim_worker, config, node_queue, register_ingest_task, worker_control
+from qw_services import cli
 
 
 @pytest.fixture

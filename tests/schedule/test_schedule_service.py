@@ -6,14 +6,14 @@ import json
 import logging
 import signal
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 import queue_workflows
 from queue_workflows import ConfigError, scheduler, tasks
-from queue_workflows.scheduler import ScheduleEntry, schedule_status, set_ingest_schedule
 from queue_workflows.schedule.service import usable_entries
+from queue_workflows.scheduler import ScheduleEntry, schedule_status, set_ingest_schedule
 
 
 def noop(reason):
@@ -83,12 +83,12 @@ def test_status_lists_next_fire_and_last_slot(app, conn):
         "VALUES ('hourly', '2024-05-01T12:37:00Z', 'slot', 'noop', 'fetch', 42, 'h:1')"
     )
     rows = schedule_status()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     assert [r["name"] for r in rows] == ["hourly", "daily"]
     hourly, daily = rows
     assert (hourly["last_slot"], hourly["last_kind"], hourly["last_job_id"]) == ("2024-05-01T12:37:00Z", "slot", 42)
     assert hourly["cron"] == "37 * * * *" and hourly["timezone"] == "UTC" and hourly["catch_up"] == "latest"
-    next_fire = datetime.strptime(hourly["next_fire"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    next_fire = datetime.strptime(hourly["next_fire"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert next_fire.minute == 37 and 0 < (next_fire - now).total_seconds() <= 3600
     assert daily["last_slot"] is None and daily["timezone"] == "Europe/Berlin" and daily["boot"] is True
     assert daily["next_fire"].endswith(("04:00:00Z", "05:00:00Z")), "06:00 in Berlin"

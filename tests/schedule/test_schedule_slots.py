@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire, Slots, decide, reason
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def at(*parts: int) -> datetime:

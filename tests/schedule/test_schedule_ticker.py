@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -17,7 +17,7 @@ from queue_workflows.schedule.clock import Clock
 from queue_workflows.schedule.slots import Fire
 from queue_workflows.schedule.ticker import MAX_SLEEP, MIN_SLEEP
 
-UTC = timezone.utc
+UTC = UTC
 START = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 

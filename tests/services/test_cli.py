@@ -4,13 +4,12 @@ import json
 import os
 import threading
 
-from qw_services import cli
+from procs import wait_until
 
 from queue_workflows import config, db, node_queue, register_ingest_task
 from queue_workflows.leader.leadership import Elector
 from queue_workflows.ops import status
-
-from procs import wait_until
+from qw_services import cli
 
 
 def test_status_json_reports_every_queue(database_url, capsys, monkeypatch):

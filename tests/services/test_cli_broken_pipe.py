@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from procs import service_env
 
 from queue_workflows import node_queue, register_ingest_task
-
-from procs import service_env
 
 BIN = Path(sys.executable).parent
 

@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from dag_rows import rows, run_row, states
+from procs import query, service_env
 
 import queue_workflows
 from queue_workflows import node_queue
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
-
-from dag_rows import rows, run_row, states
-from procs import query, service_env
 
 BIN = Path(sys.executable).parent
 N = "qw_dag_nodes"

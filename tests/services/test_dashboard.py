@@ -7,9 +7,8 @@ test_dashboard_live.py, and the page in a real browser in test_dashboard_browser
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,16 +16,15 @@ with warnings.catch_warnings():  # Starlette 1.x nudges towards httpx2; httpx st
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-import queue_workflows
-from queue_workflows import node_queue, register_ingest_task
-
 import qw_test_app
-from dag_rows import rows
+from dag_rows import approval, complete, rows
 from dashboard_helpers import LOCAL, csrf_of, publish, snapshot
 from procs import query
+
+import queue_workflows
+from queue_workflows import node_queue, register_ingest_task
 from qw_services.dashboard import graph
 from qw_services.dashboard.app import create_app
-from dag_rows import approval, complete
 
 PASSWORD = "s3cret-pass"
 
@@ -250,8 +248,8 @@ def test_the_password_comes_from_the_settings_and_logout_ends_the_session(databa
 
 
 def test_a_database_that_does_not_answer_is_a_503_page_not_a_traceback(database_url: str) -> None:
-    from procs import TEST_INGEST_QUEUES
     from dashboard_helpers import free_port
+    from procs import TEST_INGEST_QUEUES
 
     queue_workflows.configure(database_url=f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=2", ingest_queues=TEST_INGEST_QUEUES)
     with TestClient(create_app(), base_url=LOCAL, raise_server_exceptions=False) as c:

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-import queue_workflows
 import qw_test_app
+from dag_rows import approval, complete
 from dashboard_helpers import dashboard_connections, publish, snapshot, start_dashboard
 from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
+
+import queue_workflows
 from queue_workflows import node_queue, register_ingest_task
-from dag_rows import approval, complete
 
 pytestmark = pytest.mark.multiprocess
 
@@ -46,14 +46,14 @@ needs_browser = pytest.mark.skipif(
 )
 
 
-def _shot(page: "Page", name: str) -> Path:
+def _shot(page: Page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
 
 
-def _page_weight(page: "Page") -> dict[str, int]:
+def _page_weight(page: Page) -> dict[str, int]:
     return page.evaluate("""() => {
         const nav = performance.getEntriesByType('navigation')[0];
         const res = performance.getEntriesByType('resource').filter(r => !r.name.endsWith('/events'));

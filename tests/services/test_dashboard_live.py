@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
-
 from dashboard_helpers import dashboard_connections, publish, snapshot, start_dashboard
 from procs import Procs, wait_until
+
 from queue_workflows import worker_control
 
 pytestmark = pytest.mark.multiprocess

@@ -19,11 +19,11 @@ with warnings.catch_warnings():  # Starlette 1.x nudges towards httpx2; httpx st
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-import queue_workflows
-from starlette.applications import Starlette
-
 from dashboard_helpers import LOCAL, csrf_of
 from procs import TEST_INGEST_QUEUES, query
+from starlette.applications import Starlette
+
+import queue_workflows
 from qw_services.dashboard.app import create_app
 
 PASSWORD = "s3cret-pass"

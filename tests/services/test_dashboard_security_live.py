@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-
 from dashboard_helpers import csrf_of, start_dashboard
 from procs import Procs, query
 
@@ -35,7 +34,7 @@ def _first_answer(base: str, request: bytes, within: float = 5.0) -> tuple[int, 
         s.sendall(request)
         try:
             head = s.recv(4096)
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError(f"no answer within {within} s: the server waits for the rest of the body") from None
     return int(head.split(b" ", 2)[1]), time.monotonic() - started
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from procs import wait_until
 
 

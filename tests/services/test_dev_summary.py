@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from qw_services.live_line import LiveLine
+from procs import service_env
 
 from queue_workflows import node_queue, register_ingest_task
-
-from procs import service_env
+from qw_services.live_line import LiveLine
 
 JOB_LOG = re.compile(r"job \d+ completed in")
 

@@ -10,10 +10,9 @@ import sys
 
 import psutil
 import pytest
+from procs import query, service_env, wait_until, wait_workers_ready
 
 from queue_workflows.worker.liveness import id_notes
-
-from procs import query, service_env, wait_until, wait_workers_ready
 
 pytestmark = pytest.mark.multiprocess
 

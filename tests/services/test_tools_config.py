@@ -18,12 +18,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from procs import query, wait_until
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import queue_workflows
 from queue_workflows import db, node_queue
-
-from procs import query, wait_until
 
 BIN = Path(sys.executable).parent
 APP = "qwtool_app.tasks"

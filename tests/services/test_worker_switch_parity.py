@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from qw_services import cli
+from procs import query
 
 from queue_workflows import config
 from queue_workflows.control import commands
-
-from procs import query
+from qw_services import cli
 
 CLOSED_PORT_URL = "postgresql://nobody@127.0.0.1:9/none?connect_timeout=2"  # discard port: refused at once
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[ T][\d:.+-]+")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from procs import query
+
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
-
-from procs import query
 
 N = "qw_dag_nodes"
 

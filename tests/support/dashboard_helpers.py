@@ -57,7 +57,6 @@ def start_dashboard(procs: Any, url: str, *extra: str, via_qw: bool = False, **e
     import sys
 
     import httpx
-
     from procs import service_env, wait_until
 
     port = free_port()

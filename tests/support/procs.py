@@ -132,7 +132,7 @@ def wait_for_log(proc: subprocess.Popen[bytes], text: str, *, timeout: float) ->
     assert text in log_text(proc), f"process exited (rc={proc.poll()}) before logging {text!r}:\n{log_text(proc)[-3000:]}"
 
 
-def wait_exit(proc: subprocess.Popen[bytes], timeout: float, procs: "Procs") -> int:
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float, procs: Procs) -> int:
     """The process's exit code; fails the test with every log if it is still running after `timeout`."""
     try:
         return proc.wait(timeout=timeout)

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from procs import query, service_env, wait_until
 
 from queue_workflows.telemetry.snapshot import PAYLOAD_VERSION
-
-from procs import query, service_env, wait_until
 
 BIN = Path(sys.executable).parent
 COMMANDS = {"module": [sys.executable, "-m", "queue_workflows.hw_metrics"], "script": [str(BIN / "queue-hw-metrics")]}

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from procs import PrivatePostgres, Procs, log_text, query, query_or_none, service_env, wait_exit, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_workflows import node_queue, tasks
 from queue_workflows.telemetry import nvidia
-
-from procs import Procs, PrivatePostgres, log_text, query, query_or_none, service_env, wait_exit, wait_until
 
 pytestmark = pytest.mark.multiprocess
 

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers_ready
+
+from queue_workflows import node_queue, register_ingest_task, worker_control
 from queue_workflows.ops import admin
-from queue_workflows import node_queue, register_ingest_task
-from queue_workflows import worker_control
 
 pytestmark = pytest.mark.multiprocess
 

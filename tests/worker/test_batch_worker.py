@@ -9,17 +9,14 @@ import threading
 import time
 
 import pytest
-
-import queue_workflows
-from queue_workflows import ConfigError, node_queue, register_ingest_task
-from queue_workflows import claim_worker
-from queue_workflows import worker_control
-from queue_workflows.worker.batch import BatchWorker
-from queue_workflows.dag import Workflow
-from queue_workflows.dag.outbox import DispatchDrain
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_until, wait_workers_ready
+
+import queue_workflows
+from queue_workflows import ConfigError, claim_worker, node_queue, register_ingest_task, worker_control
+from queue_workflows.dag import Workflow
+from queue_workflows.dag.outbox import DispatchDrain
+from queue_workflows.worker.batch import BatchWorker
 
 
 def rows(url: str) -> dict[int, dict]:

@@ -11,9 +11,9 @@ import re
 import time
 from pathlib import Path
 
-from queue_workflows.worker.idle_baton import BATON_NAMESPACE
-
 from procs import Procs, query, service_env, wait_for_log, wait_until, wait_workers_ready
+
+from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 
 WINDOW_SECONDS = 3.0
 HELD = ("SELECT count(*) AS n FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())"

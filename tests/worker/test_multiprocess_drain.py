@@ -7,9 +7,9 @@ from collections import Counter
 
 import psycopg
 import pytest
-
 import qw_test_app
 from procs import Procs, query, service_env, wait_until, wait_workers_ready
+
 from queue_workflows import db, node_queue, register_ingest_task
 
 pytestmark = pytest.mark.multiprocess

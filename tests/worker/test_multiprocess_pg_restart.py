@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from procs import PrivatePostgres, Procs, log_text, query, query_or_none, service_env, wait_for_log, wait_until, wait_workers_ready
+
 from queue_workflows import db, node_queue
 
 pytestmark = pytest.mark.multiprocess

@@ -7,19 +7,19 @@ import signal
 import time
 
 import pytest
-
 import qw_test_app
 from procs import (
-    wait_exit,
     Procs,
     log_text,
     pid_of,
     query,
     service_env,
+    wait_exit,
     wait_for_log,
     wait_until,
     wait_workers_ready,
 )
+
 from queue_workflows import node_queue, register_ingest_task
 
 pytestmark = pytest.mark.multiprocess

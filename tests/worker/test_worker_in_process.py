@@ -6,13 +6,11 @@ import threading
 import time
 
 import pytest
+from procs import wait_until
 
 import queue_workflows
-from queue_workflows import claim_worker
-from queue_workflows import node_queue, register_ingest_task
+from queue_workflows import claim_worker, node_queue, register_ingest_task
 from queue_workflows.leader import reclaim
-
-from procs import wait_until
 
 
 def run_worker(queue: str, **kwargs) -> tuple[claim_worker.ClaimWorker, threading.Thread]:

@@ -25,7 +25,7 @@ def parse(text: str, origin: str = "<text>") -> dict[str, str]:
     if any(not line.lstrip().startswith("--") for line in parts[0].strip().splitlines()):
         raise SqlFileError(f"{origin}: SQL before the first '-- name:' line belongs to no name")
     statements: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in statements:
             raise SqlFileError(f"{origin}: the name {name!r} is defined twice")
         lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]

@@ -7,10 +7,10 @@ from typing import Any, Literal
 from psycopg.rows import dict_row
 
 from queue_workflows import db
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError
 from queue_workflows.payloads import check_note, shown
 from queue_workflows.settings import HOST_LABEL_RE, QUEUE_NAME_RE
-from queue_workflows.common import sqlfile
 
 _CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
 

@@ -23,9 +23,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from queue_workflows.ops import admin
 from queue_workflows import app_loader, db, node_queue
 from queue_workflows.control.api import POLICIES, check_switch, desired_state_for, disable_worker, enable_worker, list_controls
+from queue_workflows.ops import admin
 
 __all__ = ["add_switch_options", "desired_state_for", "disable_worker", "enable_worker", "list_controls", "main", "run_switch", "switch_from_shell"]
 

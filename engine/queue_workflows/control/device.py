@@ -13,8 +13,8 @@ import subprocess
 from collections.abc import Callable
 
 from queue_workflows import db
-from queue_workflows.control.switch import WorkerSwitch
 from queue_workflows.common import sqlfile
+from queue_workflows.control.switch import WorkerSwitch
 
 _CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
 

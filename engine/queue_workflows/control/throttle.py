@@ -34,7 +34,7 @@ class Marks:
     swap_low: float = 60.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "Marks":
+    def from_settings(cls, settings: Any) -> Marks:
         return cls(
             ram_high=settings.memory_throttle_percent, ram_low=settings.memory_resume_percent,
             gpu_high=settings.gpu_throttle_percent, gpu_low=settings.gpu_resume_percent,

@@ -32,10 +32,10 @@ from psycopg.rows import dict_row
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.errors import QueueWorkflowsError
-from queue_workflows.payloads import check_id, check_note, clean_text
 from queue_workflows.dag import audit, store
 from queue_workflows.dag.definition import Workflow
+from queue_workflows.errors import QueueWorkflowsError
+from queue_workflows.payloads import check_id, check_note, clean_text
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 

@@ -98,7 +98,7 @@ class Workflow:
 
     def node(
         self,
-        id: str,
+        id: str,  # noqa: A002 - the public keyword, as workflow files name it
         call: str | Callable[..., Any] | None = None,
         *,
         queue: str = "cpu",
@@ -108,7 +108,7 @@ class Workflow:
         skip_if: Any = None,
         max_attempts: int = 3,
         budget_seconds: float | None = None,
-        input: bool = False,
+        input: bool = False,  # noqa: A002 - the public keyword, as workflow files name it
     ) -> Workflow:
         """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`)."""
         deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from queue_workflows.dag.definition import WorkflowValidationError
 from queue_workflows import callables, config
+from queue_workflows.dag.definition import WorkflowValidationError
 
 WorkflowLoader = Callable[[str], Any]
 NodeResolver = Callable[[str], Any]

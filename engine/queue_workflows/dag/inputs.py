@@ -25,11 +25,11 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
-from queue_workflows.payloads import check_id, json_object, shown
 from queue_workflows.dag import audit
 from queue_workflows.dag.control import write_cursor
+from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.jobrow import JobStatus
+from queue_workflows.payloads import check_id, json_object, shown
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 

@@ -25,8 +25,8 @@ import psycopg
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.common.listening import run_listening
-from queue_workflows.payloads import clean_text
 from queue_workflows.dag import store
+from queue_workflows.payloads import clean_text
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 

@@ -17,12 +17,12 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.errors import InvalidPayloadError
-from queue_workflows.payloads import check_id, json_object
 from queue_workflows.dag import dispatcher, hooks, refs
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.dag.validate import topological_order, validate
+from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.jobrow import JobStatus
+from queue_workflows.payloads import check_id, json_object
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 
@@ -81,7 +81,7 @@ def advance_run(conn: db.Conn, run_id: int, completed: Sequence[str] | None = No
         return _advance(cur, run_id, completed)
 
 
-_PARSED: OrderedDict[tuple[int, Any], "Parsed"] = OrderedDict()
+_PARSED: OrderedDict[tuple[int, Any], Parsed] = OrderedDict()
 _PARSED_MAX = 64
 
 

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from queue_workflows import config
-from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
-from queue_workflows.payloads import MAX_NAME_CHARS, check_json_tree, check_text, shown
 from queue_workflows.dag import refs
-from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
 from queue_workflows.dag.definition import KINDS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
+from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
+from queue_workflows.errors import InvalidPayloadError
+from queue_workflows.payloads import check_json_tree, shown
 
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 QUEUES = ("cpu", "gpu")

@@ -8,10 +8,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from queue_workflows.gpu import registry
-from queue_workflows.jobrow import NodeJob
-from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
 from queue_workflows.common import sqlfile
+from queue_workflows.gpu import registry
+from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
+from queue_workflows.jobrow import NodeJob
 
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
 

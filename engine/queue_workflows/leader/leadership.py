@@ -29,10 +29,10 @@ import psycopg
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.common.wake import WakeEvent, wait_any
-from queue_workflows.errors import ConfigError
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.common.text import first_line
+from queue_workflows.common.wake import WakeEvent, wait_any
+from queue_workflows.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 import psycopg
 
 from queue_workflows import app_loader, config, db
-from queue_workflows.leader import reclaim
-from queue_workflows.leader.leadership import Elector, Term
-from queue_workflows.leader.retention import Retention
 from queue_workflows.common.backoff import Backoff
 from queue_workflows.common.wake import WakeEvent
 from queue_workflows.dag.keeper import RunKeeper
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.errors import DatabaseUnreachableError
+from queue_workflows.leader import reclaim
+from queue_workflows.leader.leadership import Elector, Term
+from queue_workflows.leader.retention import Retention
 
 log = logging.getLogger("queue_workflows.leader.orchestrator")  # also when run as __main__
 

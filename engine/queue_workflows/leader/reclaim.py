@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from queue_workflows import config, db, jobstore
 from queue_workflows.common import sqlfile
+from queue_workflows.common.listening import run_listening
 from queue_workflows.jobstore import Row
 from queue_workflows.node_queue import INGEST_TABLE, NODE_TABLE
 from queue_workflows.queries import JobTable
-from queue_workflows.common.listening import run_listening
 
 _RECLAIM = sqlfile.load("queue_workflows.leader", "reclaim.sql")
 log = logging.getLogger(__name__)

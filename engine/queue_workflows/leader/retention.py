@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 
 from queue_workflows import config, db
-from queue_workflows.common.listening import run_listening
 from queue_workflows.common import sqlfile
+from queue_workflows.common.listening import run_listening
 
 log = logging.getLogger(__name__)
 

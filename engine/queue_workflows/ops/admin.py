@@ -12,13 +12,13 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from queue_workflows import config, db
-from queue_workflows.leader import leadership
+from queue_workflows.common import sqlfile
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.jobrow import JobStatus
+from queue_workflows.leader import leadership
 from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
 from queue_workflows.payloads import check_text, shown
 from queue_workflows.queries import JobTable
-from queue_workflows.common import sqlfile
 
 _ADMIN = sqlfile.load("queue_workflows.ops", "admin.sql")
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")

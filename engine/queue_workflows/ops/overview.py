@@ -13,12 +13,12 @@ from psycopg.rows import dict_row
 
 from queue_workflows import db
 from queue_workflows.common import sqlfile
-from queue_workflows.ops.admin import STATUSES
 from queue_workflows.errors import InvalidPayloadError
+from queue_workflows.jobrow import JobStatus
 from queue_workflows.node_queue import INGEST_TABLE, NODE_QUEUES, NODE_TABLE
+from queue_workflows.ops.admin import STATUSES
 from queue_workflows.payloads import check_text, shown
 from queue_workflows.telemetry.store import loaded_models
-from queue_workflows.jobrow import JobStatus
 
 _OVERVIEW = sqlfile.load("queue_workflows.ops", "overview.sql")
 

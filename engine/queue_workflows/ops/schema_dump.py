@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 text = dump(server.get_uri())
             finally:
-                server._cleanup()
+                server._cleanup()  # noqa: SLF001 - pgserver has no public stop
     args.output.write_text(text)
     print(f"wrote {args.output}")
     return 0

@@ -5,7 +5,13 @@ process (`service`) and the listing (`status`). `queue_workflows.scheduler` is t
 
 from __future__ import annotations
 
-from queue_workflows.schedule.entries import InvalidScheduleError, ScheduleEntry, clear_ingest_schedule, ingest_schedule, set_ingest_schedule
+from queue_workflows.schedule.entries import (
+    InvalidScheduleError,
+    ScheduleEntry,
+    clear_ingest_schedule,
+    ingest_schedule,
+    set_ingest_schedule,
+)
 from queue_workflows.schedule.service import main, run, run_once
 from queue_workflows.schedule.slots import Fire, Slots, decide
 from queue_workflows.schedule.status import schedule_status

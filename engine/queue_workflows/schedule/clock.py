@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from queue_workflows.settings import Settings
 
@@ -43,7 +43,7 @@ class Clock:
         return cls(read_now, stop, scale=settings.schedule_time_scale, origin=settings.schedule_time_origin)
 
     def now(self) -> datetime:
-        real = self.read_now().astimezone(timezone.utc)
+        real = self.read_now().astimezone(UTC)
         if self.origin is None or self.scale == 1.0:
             return real
         return self.origin + (real - self.origin) * self.scale

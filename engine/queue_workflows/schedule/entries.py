@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cronsim import CronSim, CronSimError
@@ -47,7 +47,7 @@ def check_cron(expression: object) -> str:
     if len(fields) != 5:
         raise ValueError(f"bad cron text {expression!r}: want 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}")
     try:
-        CronSim(expression, datetime(2000, 1, 1, tzinfo=timezone.utc))
+        CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC))
     except (CronSimError, ValueError) as exc:
         raise ValueError(f"bad cron text {expression!r}: {exc}") from None
     return " ".join(fields)

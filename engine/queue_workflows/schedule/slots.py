@@ -15,7 +15,7 @@ per real hour, right through both transitions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -23,7 +23,7 @@ from cronsim import CronSim
 
 from queue_workflows.settings import iana_zone
 
-UTC = timezone.utc
+UTC = UTC
 
 FireKind = Literal["slot", "catch_up", "boot", "skip"]
 """slot: on time; catch_up: the latest missed slot, run late; boot: the start-up kick;

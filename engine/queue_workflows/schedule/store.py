@@ -17,10 +17,10 @@ import psycopg
 from psycopg import sql
 
 from queue_workflows import config, db, node_queue
+from queue_workflows.common import sqlfile
 from queue_workflows.jobstore import Row
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire, reason
-from queue_workflows.common import sqlfile
 
 _SCHEDULE = sqlfile.load("queue_workflows.schedule", "schedule.sql")
 

@@ -23,13 +23,13 @@ import psycopg
 
 from queue_workflows import config
 from queue_workflows.common.backoff import Backoff
+from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.errors import QueueWorkflowsError
 from queue_workflows.jobstore import Row
-from queue_workflows.common.health_stamp import HealthStamp
-from queue_workflows.settings import Settings
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire, Slots, decide, stamp
 from queue_workflows.schedule.store import SlotStore
+from queue_workflows.settings import Settings
 
 log = logging.getLogger("queue_workflows.scheduler")
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from queue_workflows.telemetry import cgroups
 from queue_workflows.settings import Settings
+from queue_workflows.telemetry import cgroups
 from queue_workflows.telemetry.containers import ContainerRef, Lister, SocketDenied, docker_lister
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from queue_workflows.jobrow import JobStatus
 from queue_workflows.telemetry.state import MetricsState
 from queue_workflows.telemetry.store import QueueFigures
-from queue_workflows.jobrow import JobStatus
 
 DEPTH_STATUSES = tuple(s.value for s in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SCHEDULED))
 # What finished jobs cost (queue_workflows.worker.usage), summed since this sidecar started.
@@ -76,7 +76,7 @@ def host_metrics(p: dict[str, Any]) -> Iterator[Metric]:
     yield _gauge("qw_host_cpu_percent", "Host CPU use, percent of all cores", ["host"], [(h, cpu["percent"])])
     yield _gauge("qw_host_cpu_count", "Logical CPUs on the host", ["host"], [(h, cpu["count"])])
     yield _gauge("qw_host_load_average", "Host load average", ["host", "window"],
-                 [([p["host"], w], v) for w, v in zip(("1m", "5m", "15m"), cpu["load"])])
+                 [([p["host"], w], v) for w, v in zip(("1m", "5m", "15m"), cpu["load"], strict=False)])
     yield _gauge("qw_host_memory_used_bytes", "Host RAM in use (total - available)", ["host"], [(h, mem["used_bytes"])])
     yield _gauge("qw_host_memory_total_bytes", "Host RAM", ["host"], [(h, mem["total_bytes"])])
     yield _gauge("qw_host_swap_used_bytes", "Host swap in use", ["host"], [(h, swap["used_bytes"])])

@@ -18,17 +18,17 @@ import psycopg
 from psycopg.rows import dict_row
 
 from queue_workflows import config, db
-from queue_workflows.errors import ConfigError
 from queue_workflows.common.health_stamp import HealthStamp
-from queue_workflows.node_queue import NODE_QUEUES
 from queue_workflows.common.text import first_line
+from queue_workflows.errors import ConfigError
+from queue_workflows.node_queue import NODE_QUEUES
 from queue_workflows.settings import Settings
 from queue_workflows.telemetry import gpus as gpu_sources
 from queue_workflows.telemetry import snapshot, store
 from queue_workflows.telemetry.attribution import Attribution, attribution_from
-from queue_workflows.telemetry.state import MetricsState
 from queue_workflows.telemetry.gpu_sample import GpuSample
 from queue_workflows.telemetry.host import HostReader
+from queue_workflows.telemetry.state import MetricsState
 
 log = logging.getLogger(__name__)
 

@@ -16,29 +16,29 @@ from typing import Any
 
 import psycopg
 
-from queue_workflows import app_loader, config, db, jobstore, node_queue
-from queue_workflows.worker import exits, progress
+from queue_workflows import config, db, jobstore, node_queue
+from queue_workflows.common import sqlfile
 from queue_workflows.common.backoff import retry_delay
-from queue_workflows.dag import execute
-from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
-from queue_workflows.worker.executor import Outcome, run_ingest_job, run_node_job
-from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
-from queue_workflows.gpu.side import GpuSide
-from queue_workflows.worker.idle_baton import IdleBaton
+from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.common.text import first_line
+from queue_workflows.common.wake import WakeEvent
 from queue_workflows.control import WorkerSwitch
 from queue_workflows.control.api import control_for
 from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.throttle import Marks, Throttle
-from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
-from queue_workflows.common.health_stamp import HealthStamp
-from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
+from queue_workflows.dag import execute
+from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
+from queue_workflows.gpu.side import GpuSide
+from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
-from queue_workflows.common.text import first_line
-from queue_workflows.common.wake import WakeEvent
+from queue_workflows.worker import exits, progress
+from queue_workflows.worker.executor import Outcome, run_ingest_job, run_node_job
+from queue_workflows.worker.idle_baton import IdleBaton
+from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
+from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
 from queue_workflows.worker.session import SessionClosed, WorkerSession
 from queue_workflows.worker.usage import Usage, UsageMeter
-from queue_workflows.common import sqlfile
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
@@ -200,7 +200,7 @@ class ClaimWorker:
                 self.beat.trip_current_job(Trip(exits.EXIT_DEVICE_ERROR, f"GPU device error: {(outcome.error or '').splitlines()[-1:]}"))
             self.beat.job_returned()
             ran += 1
-            marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))
+            marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))  # noqa: B023 - runs now, in this iteration
             self._report(current, outcome, marked, retry_in, elapsed)
             if job is None and self.baton is None and self._may_claim():
                 job = self.session.run(self._claim_and_start)  # with a baton, its holder promotes and claims instead

@@ -6,8 +6,8 @@ import asyncio
 import inspect
 import logging
 import traceback
-from dataclasses import dataclass
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from queue_workflows import callables, config, tasks

@@ -18,13 +18,13 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from queue_workflows.common.text import first_line
 from queue_workflows import db
+from queue_workflows.common import sqlfile
 from queue_workflows.common.backoff import Backoff
+from queue_workflows.common.text import first_line
 from queue_workflows.common.wake import WakeEvent
 from queue_workflows.common.wake import notifies as wake_notifies
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
-from queue_workflows.common import sqlfile
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from queue_workflows.common import sqlfile
 from queue_workflows.jobstore import Statement
 from queue_workflows.queries import JobTable
-from queue_workflows.common import sqlfile
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 

@@ -30,10 +30,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from queue_workflows.ops import admin
 from queue_workflows import config
-from queue_workflows.errors import DatabaseUnreachableError, InvalidPayloadError, QueueWorkflowsError, SchemaNotReadyError
 from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.errors import DatabaseUnreachableError, InvalidPayloadError, QueueWorkflowsError, SchemaNotReadyError
+from queue_workflows.ops import admin
 
 from . import actions, views
 from .auth import SESSION_COOKIE, SESSION_CSRF, ActionRefused, Auth, clean_user

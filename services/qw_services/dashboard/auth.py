@@ -31,7 +31,7 @@ class ActionRefused(Exception):
         self.headers = headers or {}
 
     @classmethod
-    def throttled(cls, exc: Throttled) -> "ActionRefused":
+    def throttled(cls, exc: Throttled) -> ActionRefused:
         return cls(str(exc), 429, {"Retry-After": str(exc.retry_after)})
 
 

@@ -182,7 +182,7 @@ class Hub:
             while True:
                 try:
                     message = await asyncio.wait_for(q.get(), timeout=PING_SECONDS)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     message = ": ping\n\n"
                 if message is None:
                     return

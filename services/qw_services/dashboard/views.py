@@ -12,9 +12,9 @@ from typing import Any
 
 from starlette.templating import Jinja2Templates
 
-from queue_workflows.ops import admin
 from queue_workflows import db, run_actions, run_status
 from queue_workflows.hw_metrics import latest as latest_host_metrics
+from queue_workflows.ops import admin
 from queue_workflows.ops.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
 from ..tables import age

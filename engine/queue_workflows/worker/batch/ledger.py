@@ -12,9 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
 from queue_workflows.jobrow import Job, JobStatus
-from queue_workflows.worker.executor import Outcome
 from queue_workflows.jobstore import Statement
+from queue_workflows.worker.executor import Outcome
 
 Finished = list[tuple[Job, Outcome]]
 

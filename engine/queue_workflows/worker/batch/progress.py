@@ -19,9 +19,9 @@ from collections.abc import Callable
 import psycopg
 
 from queue_workflows import db
+from queue_workflows.common import sqlfile
 from queue_workflows.common.text import first_line
 from queue_workflows.worker.batch.ledger import BatchLedger
-from queue_workflows.common import sqlfile
 
 _BATCH = sqlfile.load("queue_workflows.worker.batch", "batch.sql")
 

@@ -27,19 +27,19 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from queue_workflows import db, jobstore, queries
+from queue_workflows.common import sqlfile
 from queue_workflows.common.backoff import retry_delay
-from queue_workflows.worker.claim import ClaimWorker
+from queue_workflows.common.text import first_line
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobrow import JobStatus, job_from_row
-from queue_workflows.worker.executor import Outcome
-from queue_workflows.worker.liveness.watchdogs import budget_for
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
-from queue_workflows.common.text import first_line
 from queue_workflows.worker.batch.ledger import BatchLedger
 from queue_workflows.worker.batch.progress import ProgressWriter
 from queue_workflows.worker.batch.runner import BatchRunner, Job, Mode
-from queue_workflows.common import sqlfile
+from queue_workflows.worker.claim import ClaimWorker
+from queue_workflows.worker.executor import Outcome
+from queue_workflows.worker.liveness.watchdogs import budget_for
 
 _BATCH = sqlfile.load("queue_workflows.worker.batch", "batch.sql")
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")
@@ -204,7 +204,7 @@ class BatchWorker(ClaimWorker):
         """
         ledger = self._ledger
         assert ledger is not None
-        unstarted = [j for j, r in zip(jobs, ran) if r is None]
+        unstarted = [j for j, r in zip(jobs, ran, strict=True) if r is None]
         with self._write_lock:
             progress = ledger.progress()
             try:
@@ -231,15 +231,15 @@ class BatchWorker(ClaimWorker):
     def _outcome_statements(self, jobs: list[Job], outcomes: list[Outcome | None]) -> list[jobstore.Statement]:
         """Successes in one statement, unstarted rows handed back in one, each failure as retry-or-fail."""
         statements: list[jobstore.Statement] = []
-        done = [(j.id, o.result) for j, o in zip(jobs, outcomes) if o is not None and o.status == JobStatus.COMPLETED]
-        unstarted = [j.id for j, o in zip(jobs, outcomes) if o is None]
+        done = [(j.id, o.result) for j, o in zip(jobs, outcomes, strict=True) if o is not None and o.status == JobStatus.COMPLETED]
+        unstarted = [j.id for j, o in zip(jobs, outcomes, strict=True) if o is None]
         if done:
-            ids, results = zip(*done)
+            ids, results = zip(*done, strict=True)
             statements.append((_BATCH.sql("complete_batch", self.table),
                                {"ids": list(ids), "results": list(results), "worker_id": self.worker_id}))
         if unstarted:
             statements.append((_JOBS.sql("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
-        for job, outcome in zip(jobs, outcomes):
+        for job, outcome in zip(jobs, outcomes, strict=True):
             if outcome is not None and outcome.status == JobStatus.FAILED:
                 statements.extend(self._failure_statements(job, outcome.error or ""))
         return statements

@@ -21,22 +21,22 @@ import psycopg
 from psycopg import sql
 
 from queue_workflows import db, jobstore
+from queue_workflows.common import sqlfile
 from queue_workflows.common.backoff import Backoff
+from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.common.text import first_line
 from queue_workflows.control.api import control_for
 from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.switch import WorkerSwitch
 from queue_workflows.control.throttle import Throttle, current_probe
-from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN
 from queue_workflows.queries import JobTable
-from queue_workflows.common.text import first_line
-from queue_workflows.worker.session import WorkerSession, hold_worker_lock
+from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN
 from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.worker.liveness.pacing import BeatPacer
-from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip
-from queue_workflows.common import sqlfile
+from queue_workflows.worker.session import WorkerSession, hold_worker_lock
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 

@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
-from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
-from queue_workflows.queries import JobTable
-from queue_workflows.common.text import first_line
-from queue_workflows.worker.liveness.watchdogs import Trip
 from queue_workflows.common import sqlfile
+from queue_workflows.common.text import first_line
+from queue_workflows.queries import JobTable
+from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
+from queue_workflows.worker.liveness.watchdogs import Trip
 
 _CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")
