@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from psycopg import conninfo, sql
-
 from queue_workflows import db
 
 

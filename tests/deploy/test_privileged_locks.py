@@ -7,13 +7,13 @@ only the claiming role may take, and a worker key held by another role keeps no 
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from psycopg import conninfo, errors
-
 import queue_workflows
+from procs import TEST_INGEST_QUEUES
+from psycopg import conninfo, errors
 from queue_workflows import node_queue
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
 from queue_workflows.leader import reclaim
@@ -21,8 +21,6 @@ from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire
 from queue_workflows.schedule.store import SlotStore
 from queue_workflows.worker.session import SessionClosed, WorkerSession
-
-from procs import TEST_INGEST_QUEUES
 
 GPU_CLAIM_KEY = ("SELECT pg_advisory_lock(%s, hashtext('gpu'))", (0x515A,))  # the claim's former turn
 BOOT_KEY = "SELECT pg_advisory_lock(hashtext('queue_workflows:schedule:' || %s))"  # a boot kick's former turn
@@ -72,7 +70,7 @@ def test_a_boot_kick_proceeds_while_another_role_holds_its_former_advisory_key(l
         queue_workflows.register_ingest_task("noop", lambda reason: {})
         slots = SlotStore(replica="boot")
         try:
-            kick = Fire(datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc), "boot")
+            kick = Fire(datetime(2024, 5, 1, 12, 0, tzinfo=UTC), "boot")
             assert slots.boot(entry, kick, window_seconds=60) is not None
             assert slots.boot(entry, kick, window_seconds=60) is None, "one kick per window"
         finally:
@@ -111,7 +109,7 @@ def test_a_new_worker_skips_keys_another_role_already_holds(login_as, database_u
         rogue.execute("SELECT pg_advisory_lock_shared(%s, %s)", (WORKER_LOCK_NAMESPACE, ahead[1]))
         session = WorkerSession("qw_test_keys", url=login_as("qw_worker"), stop_event=stop, sleep_fn=lambda _delay: stop.set())
         try:
-            session.conn  # a refused key would retry, and the first retry stops it
+            assert session.conn is not None  # a refused key would retry, and the first retry stops it
         except SessionClosed:
             pytest.fail("the worker retried the key another role holds instead of drawing the next")
         finally:
