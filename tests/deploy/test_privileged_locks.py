@@ -31,7 +31,7 @@ def bounded(url: str) -> str:
     return conninfo.make_conninfo(url, options="-c lock_timeout=3s")
 
 
-@pytest.mark.parametrize("group", ["qw_dashboard", "qw_metrics", "qw_scheduler"])
+@pytest.mark.parametrize("group", ["qw_dashboard", "qw_metrics", "qw_scheduler", "qw_orchestrator"])
 def test_a_role_that_never_claims_gpu_jobs_cannot_take_the_claims_turn(login_as, group):
     with psycopg.connect(login_as(group)) as rogue:
         with pytest.raises(errors.InsufficientPrivilege):
@@ -51,7 +51,7 @@ def test_a_gpu_claim_proceeds_while_another_role_holds_its_former_advisory_key(l
     assert claimed is not None and claimed["id"] == job
 
 
-@pytest.mark.parametrize("group", ["qw_dashboard", "qw_metrics", "qw_worker"])
+@pytest.mark.parametrize("group", ["qw_dashboard", "qw_metrics", "qw_worker", "qw_orchestrator"])
 def test_a_role_that_never_schedules_cannot_take_an_entrys_turn(login_as, group):
     with psycopg.connect(login_as(group)) as rogue:
         with pytest.raises(errors.InsufficientPrivilege):
