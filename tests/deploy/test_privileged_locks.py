@@ -7,12 +7,21 @@ only the claiming role may take, and a worker key held by another role keeps no 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 
 import psycopg
 import pytest
 import queue_workflows
-from procs import TEST_INGEST_QUEUES
+import qw_test_app
+from procs import (
+    TEST_INGEST_QUEUES,
+    Procs,
+    query,
+    service_env,
+    wait_until,
+    wait_workers_ready,
+)
 from psycopg import conninfo, errors
 from queue_workflows import node_queue
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
@@ -20,6 +29,8 @@ from queue_workflows.leader import reclaim
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire
 from queue_workflows.schedule.store import SlotStore
+from queue_workflows.tasks import register_ingest_task
+from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 from queue_workflows.worker.session import SessionClosed, WorkerSession
 
 GPU_CLAIM_KEY = ("SELECT pg_advisory_lock(%s, hashtext('gpu'))", (0x515A,))  # the claim's former turn
@@ -115,3 +126,22 @@ def test_a_new_worker_skips_keys_another_role_already_holds(login_as, database_u
         finally:
             session.close()
     assert session.lock_key is not None and session.lock_key > ahead[1]
+
+
+@pytest.mark.multiprocess
+def test_another_role_holding_the_idle_baton_costs_at_most_a_poll(login_as, database_url, procs: Procs):
+    """The baton stays advisory (docs/throughput.md): held by a foreign role, a worker's wait in line runs out and it polls."""
+    queue_workflows.configure(database_url=database_url, ingest_queues=TEST_INGEST_QUEUES)
+    register_ingest_task("record", qw_test_app.record)
+    with psycopg.connect(login_as("qw_dashboard"), autocommit=True) as rogue:
+        rogue.execute("SELECT pg_advisory_lock(%s, hashtext('fetch'))", (BATON_NAMESPACE,))
+        worker = procs.worker(service_env(database_url, QW_POLL_SECONDS="1"), "fetch")
+        wait_workers_ready(database_url, [worker])
+        started = time.monotonic()
+        job = node_queue.enqueue_ingest_job("record", "fetch", {"token": "baton"})["id"]
+        wait_until(lambda: query(database_url, "SELECT status FROM ingest_jobs WHERE id = %s", (job,))[0]["status"] == "completed",
+                   timeout=10, interval=0.05, what=f"the job, with the baton held elsewhere\n{procs.logs()}")
+        assert time.monotonic() - started < 5
+        holders = query(database_url, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND granted"
+                                      " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", (BATON_NAMESPACE,))
+        assert [h["pid"] for h in holders] == [rogue.info.backend_pid], "the foreign role held the baton throughout"
