@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0033 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0034 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -103,6 +103,10 @@ EXCEPTION WHEN lock_not_available THEN
     RETURN false;
 END
 $$;
+
+CREATE TABLE public.gpu_claim_turns (
+    queue text NOT NULL
+);
 
 CREATE TABLE public.gpu_models (
     model_id text NOT NULL,
@@ -271,7 +275,15 @@ CREATE VIEW public.qw_worker_sessions AS
    FROM pg_locks l
   WHERE ((locktype = 'advisory'::text) AND granted AND (objsubid = 2) AND ((classid)::bigint = 20823) AND (database = ( SELECT pg_database.oid
            FROM pg_database
-          WHERE (pg_database.datname = current_database()))));
+          WHERE (pg_database.datname = current_database()))) AND (NOT (EXISTS ( SELECT 1
+           FROM pg_stat_activity a
+          WHERE ((a.pid = l.pid) AND (NOT pg_has_role(a.usesysid, 'qw_worker'::name, 'MEMBER'::text)) AND (a.usesysid IS DISTINCT FROM ( SELECT c.relowner
+                   FROM pg_class c
+                  WHERE (c.oid = (to_regclass('qw_worker_sessions'::text))::oid))))))));
+
+CREATE TABLE public.schedule_entry_turns (
+    entry_name text NOT NULL
+);
 
 CREATE TABLE public.schedule_slots (
     entry_name text NOT NULL,
@@ -442,6 +454,9 @@ ALTER TABLE ONLY public.workflow_run_actions ALTER COLUMN id SET DEFAULT nextval
 
 ALTER TABLE ONLY public.workflow_runs ALTER COLUMN id SET DEFAULT nextval('public.workflow_runs_id_seq'::regclass);
 
+ALTER TABLE ONLY public.gpu_claim_turns
+    ADD CONSTRAINT gpu_claim_turns_pkey PRIMARY KEY (queue);
+
 ALTER TABLE ONLY public.gpu_models
     ADD CONSTRAINT gpu_models_pkey PRIMARY KEY (model_id);
 
@@ -462,6 +477,9 @@ ALTER TABLE ONLY public.qw_leadership
 
 ALTER TABLE ONLY public.qw_orchestrators
     ADD CONSTRAINT qw_orchestrators_pkey PRIMARY KEY (orchestrator_id);
+
+ALTER TABLE ONLY public.schedule_entry_turns
+    ADD CONSTRAINT schedule_entry_turns_pkey PRIMARY KEY (entry_name);
 
 ALTER TABLE ONLY public.schedule_slots
     ADD CONSTRAINT schedule_slots_pkey PRIMARY KEY (entry_name, slot_time);
@@ -590,6 +608,12 @@ GRANT USAGE ON SCHEMA public TO qw_scheduler;
 GRANT USAGE ON SCHEMA public TO qw_dashboard;
 GRANT USAGE ON SCHEMA public TO qw_metrics;
 
+GRANT SELECT,INSERT,UPDATE ON TABLE public.gpu_claim_turns TO qw_worker;
+GRANT SELECT ON TABLE public.gpu_claim_turns TO qw_orchestrator;
+GRANT SELECT ON TABLE public.gpu_claim_turns TO qw_scheduler;
+GRANT SELECT ON TABLE public.gpu_claim_turns TO qw_dashboard;
+GRANT SELECT ON TABLE public.gpu_claim_turns TO qw_metrics;
+
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_models TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_models TO qw_orchestrator;
 GRANT SELECT ON TABLE public.gpu_models TO qw_scheduler;
@@ -659,6 +683,12 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_orche
 GRANT SELECT ON TABLE public.qw_worker_sessions TO qw_scheduler;
 GRANT SELECT ON TABLE public.qw_worker_sessions TO qw_dashboard;
 GRANT SELECT ON TABLE public.qw_worker_sessions TO qw_metrics;
+
+GRANT SELECT ON TABLE public.schedule_entry_turns TO qw_worker;
+GRANT SELECT ON TABLE public.schedule_entry_turns TO qw_orchestrator;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.schedule_entry_turns TO qw_scheduler;
+GRANT SELECT ON TABLE public.schedule_entry_turns TO qw_dashboard;
+GRANT SELECT ON TABLE public.schedule_entry_turns TO qw_metrics;
 
 GRANT SELECT ON TABLE public.schedule_slots TO qw_worker;
 GRANT SELECT ON TABLE public.schedule_slots TO qw_orchestrator;

@@ -253,10 +253,6 @@ def claim_statement(
     )
 
 
-GPU_CLAIM_LOCK_NAMESPACE = 0x515A
-"""Advisory-lock namespace (first int4 key) serializing routed gpu claims; the second is hashtext(queue)."""
-
-
 def claim_prelude(queue: str) -> jobstore.Statement | None:
     """What a worker on `queue` runs before its claim, in the same transaction (None: nothing).
 
@@ -266,7 +262,7 @@ def claim_prelude(queue: str) -> jobstore.Statement | None:
     settings = config.current().settings
     if queue != "gpu" or settings.gpu_routing != "affinity":
         return None
-    return _GPU.sql("serialize_gpu_claims"), {"lock_namespace": GPU_CLAIM_LOCK_NAMESPACE, "queue": queue}
+    return _GPU.sql("serialize_gpu_claims"), {"queue": queue}
 
 
 def claim_statements(table: JobTable, queue: str, claimant: Claimant, **routing: Any) -> list[jobstore.Statement]:

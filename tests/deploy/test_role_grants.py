@@ -6,8 +6,6 @@ under a unique name and dropped afterwards, as the stack's login roles are membe
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import psycopg
@@ -79,27 +77,6 @@ FORBIDDEN: dict[str, list[str]] = {
         "INSERT INTO worker_controls (host_label, queue, desired_state) VALUES ('h', 'q', 'off')",
     ],
 }
-
-
-@pytest.fixture
-def login_as(database_url: str) -> Iterator[Callable[[str], str]]:
-    """`login_as("qw_worker")`: the DSN of a fresh LOGIN role that is only a member of that group."""
-    made: list[str] = []
-
-    def make(group: str) -> str:
-        role = f"qw_t{uuid.uuid4().hex[:8]}_{group.removeprefix('qw_')}"
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(sql.Identifier(role), sql.Identifier(group)))
-        made.append(role)
-        return conninfo.make_conninfo(database_url, user=role)
-
-    yield make
-    db.close_pools()
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        for role in made:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-                          " AND usename = %s", (role,))
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 @pytest.mark.parametrize("group", sorted(FORBIDDEN))

@@ -198,7 +198,7 @@ def test_routed_gpu_claims_take_turns_so_a_claim_in_flight_counts(database_url, 
         mine = threading.Thread(target=lambda: got.append(node_queue.claim_node_job("gpu", ME)))
         mine.start()
         wait_until(lambda: query(database_url, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-                                                    "AND wait_event_type = 'Lock' AND query LIKE '%%pg_advisory_xact_lock%%'"),
+                                                    "AND wait_event_type = 'Lock' AND query LIKE '%%gpu_claim_turns%%'"),
                    timeout=10, what="our claim waiting for its turn")
         assert not got
         x.commit()
@@ -217,7 +217,7 @@ def test_advisory_lock_namespaces_are_distinct():
     from queue_workflows import jobstore
     from queue_workflows.worker import idle_baton
 
-    spaces = [jobstore.WORKER_LOCK_NAMESPACE, idle_baton.BATON_NAMESPACE, node_queue.GPU_CLAIM_LOCK_NAMESPACE]
+    spaces = [jobstore.WORKER_LOCK_NAMESPACE, idle_baton.BATON_NAMESPACE]
     assert len(set(spaces)) == len(spaces), spaces
 
 

@@ -3,11 +3,16 @@
 
 -- name: serialize_gpu_claims
 -- Taken before a routed gpu claim, in its transaction: the claim's plan then sees every earlier
--- claim committed (a model another worker has just started loading counts as held). The claim's
--- generic plan is index probes whatever the parameters; without this setting Postgres would
--- plan the long statement afresh on every claim, which costs more than running it.
-SELECT pg_advisory_xact_lock(%(lock_namespace)s::integer, hashtext(%(queue)s)),
-       set_config('plan_cache_mode', 'force_generic_plan', true);
+-- claim committed (a model another worker has just started loading counts as held). The turn is
+-- the queue's row of gpu_claim_turns (migration 0034), locked by the ON CONFLICT arm whose WHERE
+-- writes nothing; only a role that may update that table can take it. The claim's generic plan is
+-- index probes whatever the parameters; without this setting Postgres would plan the long
+-- statement afresh on every claim, which costs more than running it.
+WITH turn AS (
+    INSERT INTO gpu_claim_turns AS t (queue) VALUES (%(queue)s)
+    ON CONFLICT (queue) DO UPDATE SET queue = EXCLUDED.queue WHERE false
+)
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: gpu_routing
 -- A gpu worker's claim filter (docs/gpu.md, "Routing"): only the plan's candidates, the next job

@@ -13,9 +13,12 @@ ON CONFLICT (entry_name, slot_time) DO NOTHING
 RETURNING *;
 
 -- name: schedule_lock_entry
--- Serialises boot kicks of one entry; a separate statement, so the boot insert that follows
--- takes its snapshot after the lock (and sees a kick another replica just committed).
-SELECT pg_advisory_xact_lock(hashtext('queue_workflows:schedule:' || %(entry_name)s));
+-- Serialises boot kicks of one entry on its row of schedule_entry_turns (migration 0034), locked
+-- by the ON CONFLICT arm whose WHERE writes nothing; only the scheduler's role may take it. A
+-- separate statement, so the boot insert that follows takes its snapshot after the lock (and sees
+-- a kick another replica just committed).
+INSERT INTO schedule_entry_turns AS t (entry_name) VALUES (%(entry_name)s)
+ON CONFLICT (entry_name) DO UPDATE SET entry_name = EXCLUDED.entry_name WHERE false;
 
 -- name: schedule_claim_boot
 -- A boot kick, unless one for this entry ran within the boot window.

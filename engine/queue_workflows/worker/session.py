@@ -43,6 +43,21 @@ def hold_worker_lock(conn: db.Conn, key: int) -> None:
         raise psycopg.OperationalError(f"worker lock {key} is held exclusively by another session")
 
 
+FRESH_KEY_TRIES = 100
+"""Keys a worker draws at start before giving up: each one refused is held by some other session."""
+
+
+def take_fresh_worker_lock(conn: db.Conn) -> int:
+    """Draw keys from the sequence until one no other session holds, and hold it (shared) on `conn`."""
+    for _ in range(FRESH_KEY_TRIES):
+        key = int(conn.execute(_WORKER.sql("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
+        row = conn.execute(_WORKER.sql("acquire_fresh_session_lock"), {"lock_namespace": WORKER_LOCK_NAMESPACE, "lock_key": key}).fetchone()
+        if row and row["acquired"]:
+            return key
+        log.warning("worker lock %s is already held by another session; drawing the next key", key)
+    raise psycopg.OperationalError(f"{FRESH_KEY_TRIES} worker lock keys in a row were already held by other sessions")
+
+
 def readable(conn: db.Conn) -> bool:
     """True when the server sent something unasked: a notification, or the news that it closed us."""
     try:
@@ -88,8 +103,9 @@ class WorkerSession:
         conn = db.connect(autocommit=True, url=self.url)
         try:
             if self.lock_key is None:
-                self.lock_key = int(conn.execute(_WORKER.sql("next_worker_lock_key")).fetchone()["lock_key"])  # type: ignore[index]
-            hold_worker_lock(conn, self.lock_key)
+                self.lock_key = take_fresh_worker_lock(conn)
+            else:
+                hold_worker_lock(conn, self.lock_key)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             return conn
         except BaseException:

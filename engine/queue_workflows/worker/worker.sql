@@ -29,6 +29,13 @@ SELECT nextval('worker_lock_key_seq')::integer AS lock_key;
 -- Shared, so the worker's two connections can both hold it; keys come from a sequence.
 SELECT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) AS acquired;
 
+-- name: acquire_fresh_session_lock
+-- A newly drawn key is the worker's only when no other session holds it at all (any role may take
+-- an advisory key ahead of us): taken exclusively first, then shared, then the exclusive let go.
+SELECT CASE WHEN NOT pg_try_advisory_lock(%(lock_namespace)s::integer, %(lock_key)s::integer) THEN false
+            WHEN NOT pg_try_advisory_lock_shared(%(lock_namespace)s::integer, %(lock_key)s::integer) THEN false
+            ELSE pg_advisory_unlock(%(lock_namespace)s::integer, %(lock_key)s::integer) END AS acquired;
+
 -- name: take_idle_baton
 -- A queue's idle baton: of its idle workers only the holder is woken by NOTIFY and claims; the
 -- others wait here, in line, at most `wait_ms`; false when the wait ran out (migration 0032).
