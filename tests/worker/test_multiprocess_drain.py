@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 
@@ -113,8 +114,11 @@ def test_dropped_notify_is_covered_by_the_poll_and_notify_wakes_fast(database_ur
     print(f"pickup latency without NOTIFY (poll {poll}s): {[f'{s:.3f}' for s in silent]}s; "
           f"with NOTIFY: {[f'{s:.3f}' for s in notified]}s")
     assert all(s is not None and s < 2 * poll for s in silent), (silent, procs.logs())
-    assert max(notified) < 0.3 * poll, (
-        f"a notified job waited {max(notified):.3f}s; NOTIFY should wake the worker well before its {poll}s poll\n{procs.logs()}"
+    # Polled pickups would spread over the whole cycle (median near poll / 2); notified ones are
+    # immediate. The median, not the max: one scheduling stall on a loaded 2-core CI machine is not
+    # a missed NOTIFY, while a worker that never woke on NOTIFY fails both bounds.
+    assert statistics.median(notified) < 0.3 * poll and max(notified) < poll, (
+        f"notified jobs waited {[f'{s:.3f}' for s in notified]}s; NOTIFY should wake the worker well before its {poll}s poll\n{procs.logs()}"
     )
     per_token = Counter(r["token"] for r in query(database_url, "SELECT token FROM test_executions"))
     assert set(per_token.values()) == {1} and len(per_token) == 7, per_token
