@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-SERVER_WIDE = re.compile(r"\b(pg_locks|pg_stat_activity|pg_terminate_backend|pg_cancel_backend)\b")
+SERVER_WIDE = re.compile(r"\b(pg_locks|pg_stat_activity|pg_terminate_backend|pg_cancel_backend)\b")  # a match must name current_database()
 OWN_DATABASE = "current_database()"
 
 

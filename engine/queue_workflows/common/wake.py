@@ -7,6 +7,7 @@ something arrives.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
@@ -33,7 +34,8 @@ class WakeEvent(threading.Event):
     def set(self) -> None:
         super().set()
         try:
-            os.write(self._w, b"!")
+            if self._w >= 0:
+                os.write(self._w, b"!")
         except OSError:
             pass  # the pipe is full: it is readable already
 
@@ -46,13 +48,17 @@ class WakeEvent(threading.Event):
             pass
         super().clear()
 
+    def close(self) -> None:
+        """Close its pipe now rather than when it is collected; a set() afterwards only sets the flag."""
+        fds = (getattr(self, "_r", -1), getattr(self, "_w", -1))
+        self._r = self._w = -1  # a closed number may be reused: never read or write it again
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def __del__(self) -> None:
-        for fd in (self._r, self._w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.close()
 
 
 def wait_any(events: Sequence[threading.Event], timeout: float) -> None:

@@ -7,7 +7,6 @@ readable, a starting job pokes it), so it sleeps until the next chore instead of
 
 from __future__ import annotations
 
-import os
 import select
 import threading
 from collections.abc import Iterable
@@ -15,6 +14,7 @@ from collections.abc import Iterable
 import psycopg
 
 from queue_workflows import db
+from queue_workflows.common.wake import WakeEvent
 
 IDLE_AFTER_SECONDS = 2.0  # no job this long: the beat sleeps until its next chore
 
@@ -25,7 +25,7 @@ class BeatPacer:
         self.halt = halt
         self.busy_at = float("-inf")  # when a tick last saw a job: a worker between jobs keeps its short beat
         self.long_sleep = False  # the beat sets it before it looks for a job; `due` clears it for a short sleep
-        self._wake_r, self._wake_w = os.pipe()
+        self._poked = WakeEvent()
 
     def due(self, now: float, chores: float, job_due: float | None) -> float:
         """The next tick: `chores` (the next scheduled one) or sooner while a job runs or just ran."""
@@ -42,7 +42,7 @@ class BeatPacer:
 
     def sleep(self, timeout: float, conns: Iterable[db.Conn | None]) -> None:
         """Sleep until `timeout`, a poke, or the server writes to one of `conns`."""
-        fds = [self._wake_r]
+        fds = [self._poked.fileno()]
         for conn in conns:
             if conn is not None and not conn.closed:
                 try:
@@ -54,21 +54,11 @@ class BeatPacer:
         except (OSError, ValueError):
             self.halt.wait(min(timeout, 0.05))
             return
-        if self._wake_r in ready:
-            try:
-                os.read(self._wake_r, 4096)
-            except OSError:
-                pass
+        if ready:
+            self._poked.clear()
 
     def poke(self) -> None:
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:
-            pass
+        self._poked.set()
 
     def close(self) -> None:
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._poked.close()
