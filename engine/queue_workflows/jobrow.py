@@ -18,6 +18,7 @@ class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     AWAITING_INPUT = "awaiting_input"  # DAG input steps only
+    WAITING = "waiting"  # DAG nodes the orchestrator holds: a map parent, a sleep, an event wait, a child run
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"

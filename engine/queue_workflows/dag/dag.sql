@@ -59,7 +59,7 @@ ON CONFLICT (run_id, node_name) DO NOTHING;
 -- name: dag_cancel_nodes
 UPDATE workflow_node_jobs
    SET status = 'cancelled', error = %(reason)s, finished_at = now(), updated_at = now()
- WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]) AND status IN ('scheduled', 'queued', 'awaiting_input');
+ WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]) AND status IN ('scheduled', 'queued', 'awaiting_input', 'waiting');
 
 -- name: dag_finish_run
 UPDATE workflow_runs
@@ -111,7 +111,7 @@ RETURNING *;
 UPDATE workflow_node_jobs
    SET status = 'cancelled', error = %(reason)s, finished_at = now(), lease_expires_at = NULL, updated_at = now()
  WHERE run_id = %(run_id)s
-   AND (status IN ('scheduled', 'queued', 'awaiting_input') OR (%(hard)s AND status = 'running'))
+   AND (status IN ('scheduled', 'queued', 'awaiting_input', 'waiting') OR (%(hard)s AND status = 'running'))
 RETURNING node_name, status;
 
 -- name: dag_restart_run
@@ -138,7 +138,7 @@ SELECT r.id
   FROM workflow_runs r
  WHERE r.status = 'running' AND r.definition IS NOT NULL AND r.poisoned_at IS NULL
    AND NOT EXISTS (SELECT 1 FROM workflow_node_jobs j
-                    WHERE j.run_id = r.id AND j.status IN ('scheduled', 'queued', 'running', 'awaiting_input'))
+                    WHERE j.run_id = r.id AND j.status IN ('scheduled', 'queued', 'running', 'awaiting_input', 'waiting'))
    AND NOT EXISTS (SELECT 1 FROM workflow_dispatch_events e
                     WHERE e.run_id = r.id AND e.processed_at IS NULL AND e.poisoned_at IS NULL)
  ORDER BY r.id

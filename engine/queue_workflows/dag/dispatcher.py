@@ -5,7 +5,7 @@ A node is *ready* when every dependency is `completed` or `skipped`. A ready nod
 them were skipped (skips cascade); otherwise it is enqueued. Skips are applied in the same
 step, so a cascade resolves at once. A run completes when every node is completed or skipped,
 and fails as soon as a node has failed for good (or was cancelled): its not-yet-started
-siblings (`scheduled`/`queued`/`awaiting_input`) are cancelled, running ones finish and are ignored.
+siblings (`scheduled`/`queued`/`awaiting_input`/`waiting`) are cancelled, running ones finish and are ignored.
 
 `advance` derives everything from the states, so applying it twice (a duplicate outbox event)
 decides nothing new. `advance_after` makes the same decisions for the nodes a completion can
@@ -23,7 +23,7 @@ from queue_workflows.jobrow import JobStatus
 
 DONE = frozenset({JobStatus.COMPLETED, JobStatus.SKIPPED})
 BROKEN = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
-NOT_STARTED = frozenset({JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.AWAITING_INPUT})
+NOT_STARTED = frozenset({JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.AWAITING_INPUT, JobStatus.WAITING})
 
 
 @dataclass

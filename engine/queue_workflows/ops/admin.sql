@@ -53,7 +53,7 @@ SELECT id, status FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
 -- name: list_runs
 SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
        count(n.id) FILTER (WHERE n.status = 'completed') AS completed,
-       count(n.id) FILTER (WHERE n.status IN ('queued', 'scheduled', 'running', 'awaiting_input')) AS active,
+       count(n.id) FILTER (WHERE n.status IN ('queued', 'scheduled', 'running', 'awaiting_input', 'waiting')) AS active,
        count(n.id) FILTER (WHERE n.status = 'failed') AS failed,
        count(n.id) AS nodes_started,
        coalesce(jsonb_array_length(r.definition -> 'nodes'), 0) AS nodes_total
