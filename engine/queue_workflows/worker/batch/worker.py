@@ -28,12 +28,13 @@ from psycopg.rows import dict_row
 
 from queue_workflows import db, jobstore, queries
 from queue_workflows.common import sqlfile
-from queue_workflows.common.backoff import retry_delay
+from queue_workflows.common.retry_policy import timeout_of
 from queue_workflows.common.text import first_line
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobrow import JobStatus, job_from_row
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
+from queue_workflows.worker import retry
 from queue_workflows.worker.batch.ledger import BatchLedger
 from queue_workflows.worker.batch.progress import ProgressWriter
 from queue_workflows.worker.batch.runner import BatchRunner, Job, Mode
@@ -110,7 +111,8 @@ class BatchWorker(ClaimWorker):
         return [job_from_row(row) for row in rows]
 
     def _budget(self, job: Job) -> float:
-        return budget_for(job, self.settings)
+        """A row's wall-clock limit: its node's own timeout, else its budget (a threads batch is watched as a whole by these)."""
+        return timeout_of(retry.policy_of(job)) or budget_for(job, self.settings)
 
     def _run_batch(self, jobs: list[Job]) -> list[tuple[Job, Outcome] | None]:
         self._batch, self._job = jobs, jobs[0]
@@ -148,7 +150,7 @@ class BatchWorker(ClaimWorker):
             started = replace(job, attempts=job.attempts + 1)  # what its record will charge (claimed rows are uncharged)
         if self.runner.mode == "sequential":
             self._job = started
-            self.beat.job_advanced(job.id, self._budget(job))
+            self.beat.job_advanced(job.id, self._budget(job), timeout=retry.timeout_for(started, self.settings))
         return started
 
     def _row_finished(self, job: Job, outcome: Outcome) -> None:
@@ -241,17 +243,13 @@ class BatchWorker(ClaimWorker):
             statements.append((_JOBS.sql("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
         for job, outcome in zip(jobs, outcomes, strict=True):
             if outcome is not None and outcome.status == JobStatus.FAILED:
-                statements.extend(self._failure_statements(job, outcome.error or ""))
+                statements.extend(self._failure_statements(job, outcome.error or "", outcome.exception))
         return statements
 
-    def _failure_statements(self, job: Job, error: str) -> list[jobstore.Statement]:
-        """Retry after a backoff while attempts remain (the mark then matches nothing), else fail."""
-        statements = []
-        if job.attempts < job.max_attempts:
-            delay = retry_delay(job.attempts, base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            statements.append(jobstore.retry_statement(self.table, job.id, self.worker_id, error=error, delay_seconds=delay))
-        statements.append(jobstore.mark_statement(self.table, JobStatus.FAILED, job.id, error=error, worker_id=self.worker_id))
-        return statements
+    def _failure_statements(self, job: Job, error: str, exception: tuple[str, ...] = ()) -> list[jobstore.Statement]:
+        """Retry after a backoff when its retry policy says so (the mark then matches nothing), else fail saying why."""
+        verdict = retry.decision(job, exception, self.settings)
+        return retry.failure_statements(self.table, job, self.worker_id, error=error, verdict=verdict)
 
     def _store_alone(self, conn: Any, job: Job, outcome: Outcome | None) -> None:
         try:

@@ -35,7 +35,7 @@ from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.worker.liveness.pacing import BeatPacer
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
-from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip
+from queue_workflows.worker.liveness.watchdogs import JobWatch, Timeout, Trip
 from queue_workflows.worker.session import WorkerSession, hold_worker_lock
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
@@ -96,6 +96,7 @@ class LivenessBeat(threading.Thread):
 
     def job_started(
         self, table: JobTable, job_id: int, budget_seconds: float = float("inf"), batch: tuple[int, ...] = (), rows: BatchRows | None = None,
+        timeout: Timeout | None = None,
     ) -> None:
         """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch` (or `rows`)."""
         now = self.now_fn()
@@ -104,7 +105,7 @@ class LivenessBeat(threading.Thread):
             self._returned = False
             self._lease_deadline = now + self.lease_seconds
             self._next_renew = now + self.renew_seconds
-            self.watch.start(job_id, budget_seconds)
+            self.watch.start(job_id, budget_seconds, timeout)
         self.state = "busy"
         self._armed.set()
         self.pacer.job_started()  # a poke only out of an idle beat's long sleep: one per job cost a third of no-op throughput
@@ -114,12 +115,12 @@ class LivenessBeat(threading.Thread):
         self._next_heartbeat = 0.0
         self.pacer.poke()
 
-    def job_advanced(self, job_id: int, budget_seconds: float = float("inf")) -> None:
+    def job_advanced(self, job_id: int, budget_seconds: float = float("inf"), timeout: Timeout | None = None) -> None:
         """The next row of the running batch starts: the watchdogs follow it; the lease stays the batch's."""
         with self._job_lock:
             if self._job is not None:
                 self._job = replace(self._job, job_id=job_id)
-                self.watch.start(job_id, budget_seconds)
+                self.watch.start(job_id, budget_seconds, timeout)
 
     def committing(self) -> AbstractContextManager[None]:
         """Hold every trip off across a commit that stores outcomes or claims (see fence.py).
