@@ -215,3 +215,17 @@ def test_a_node_past_its_timeout_is_stopped_and_retried_or_failed_by_its_policy(
     assert row(database_url, fine)["status"] == "completed"
     last = row(database_url, slow)
     assert (last["status"], last["attempts"]) == ("failed", 2) and last["error"].startswith("NodeTimeout: attempt 2"), last
+
+
+@pytest.mark.multiprocess
+def test_in_a_threads_batch_only_the_row_past_its_timeout_is_charged_the_others_go_back(database_url: str, procs: Procs) -> None:
+    slow = node_queue.enqueue_node_job("slow", "cpu", node_module=PLAIN, inputs={"sleep": 30}, max_attempts=2,
+                                       retry_policy={"timeout": 0.3, "retry_backoff": FIXED})["id"]
+    busy = node_queue.enqueue_node_job("busy", "cpu", node_module=PLAIN, inputs={"sleep": 3})["id"]
+    env = service_env(database_url, QW_BATCH_SIZE="10", QW_BATCH_MODE="threads", QW_BATCH_CONCURRENCY="2")
+    worker = procs.worker(env, "cpu")
+    assert wait_exit(worker, 30, procs) == 75, procs.logs()
+    timed_out, bystander = row(database_url, slow), row(database_url, busy)
+    assert (timed_out["status"], timed_out["attempts"], timed_out["backoff"]) == ("scheduled", 1, 30), timed_out
+    assert timed_out["error"].startswith("NodeTimeout: attempt 1 ran past its timeout of 0.3s"), timed_out["error"]
+    assert (bystander["status"], bystander["attempts"], bystander["watchdog_trips"]) == ("queued", 0, 0), bystander  # handed back uncharged

@@ -40,4 +40,4 @@ def timeout_for(job: Job, settings: Any) -> Timeout | None:
         return None
     verdict = decision(job, TIMEOUT_NAMES, settings)
     error = f"NodeTimeout: attempt {job.attempts} ran past its timeout of {seconds:g}s; the worker's watchdog ended it (exit 75)"
-    return Timeout(seconds, verdict.retry_in, verdict.error(error))
+    return Timeout(seconds, verdict.retry_in, verdict.error(error), job.id)

@@ -28,7 +28,6 @@ from psycopg.rows import dict_row
 
 from queue_workflows import db, jobstore, queries
 from queue_workflows.common import sqlfile
-from queue_workflows.common.retry_policy import timeout_of
 from queue_workflows.common.text import first_line
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobrow import JobStatus, job_from_row
@@ -111,8 +110,7 @@ class BatchWorker(ClaimWorker):
         return [job_from_row(row) for row in rows]
 
     def _budget(self, job: Job) -> float:
-        """A row's wall-clock limit: its node's own timeout, else its budget (a threads batch is watched as a whole by these)."""
-        return timeout_of(retry.policy_of(job)) or budget_for(job, self.settings)
+        return budget_for(job, self.settings)
 
     def _run_batch(self, jobs: list[Job]) -> list[tuple[Job, Outcome] | None]:
         self._batch, self._job = jobs, jobs[0]
@@ -148,9 +146,12 @@ class BatchWorker(ClaimWorker):
             started = replace(job, attempts=attempts)
         else:
             started = replace(job, attempts=job.attempts + 1)  # what its record will charge (claimed rows are uncharged)
+        timeout = retry.timeout_for(started, self.settings)
         if self.runner.mode == "sequential":
             self._job = started
-            self.beat.job_advanced(job.id, self._budget(job), timeout=retry.timeout_for(started, self.settings))
+            self.beat.job_advanced(job.id, self._budget(job), timeout=timeout)
+        elif timeout is not None:  # rows run side by side: the guard watches each one's own deadline
+            ledger.arm(timeout, self.beat.now_fn())
         return started
 
     def _row_finished(self, job: Job, outcome: Outcome) -> None:

@@ -30,7 +30,7 @@ from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.switch import WorkerSwitch
 from queue_workflows.control.throttle import Throttle, current_probe
 from queue_workflows.queries import JobTable
-from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN
+from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_HARD_STOP, EXIT_JOB_TAKEN
 from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.worker.liveness.pacing import BeatPacer
@@ -208,6 +208,8 @@ class LivenessBeat(threading.Thread):
                 self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
             elif (trip := self.watch.check()) is not None:
                 self._trip(job, trip)
+            elif job.rows is not None and (late := job.rows.overdue(self.now_fn())) is not None:  # a threads batch's row
+                self._trip(job, Trip(EXIT_BUDGET, f"node timeout of {late.seconds:g}s spent (row {late.job_id})", late))
 
     def _tick(self) -> bool:
         """One round of chores; True when it sent a statement on its connection."""

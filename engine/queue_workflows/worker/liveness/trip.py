@@ -37,6 +37,7 @@ class BatchRows(Protocol):
     """What a batch worker tells the beat about its rows (queue_workflows.worker.batch.ledger)."""
 
     def unstored_ids(self) -> list[int]: ...
+    def overdue(self, now: float) -> Timeout | None: ...
     def taken(self, lost: set[int]) -> set[int]: ...
     def close(self) -> tuple[list[tuple[Any, Any]], list[int], list[int]]: ...
 
@@ -113,7 +114,7 @@ def _write(
         if statement is None:
             return f"; {len(others)} other row(s) of its batch handed back" if others else ""
         if statement == "node_timeout" and trip.timeout is not None:
-            return _write_timeout(conn, job.table, job.job_id, trip.timeout, worker_id=worker_id)
+            return _write_timeout(conn, job.table, trip.timeout, worker_id=worker_id)
         params = {"job_id": job.job_id, "ids": [job.job_id], "worker_id": worker_id, "max_trips": max_trips,
                   "error": f"stopped by the worker (exit {trip.code}): {trip.reason}"}
         row = conn.execute(_JOBS.sql("release_job" if statement == "release_job" else "watchdog_trip", job.table), params).fetchone()
@@ -144,10 +145,11 @@ def _write_batch(
         conn.execute(release, {"ids": unstarted, "worker_id": worker_id})
     error = f"stopped by the worker (exit {trip.code}): {trip.reason}"
     timed_out = ""
-    if statement == "node_timeout" and trip.timeout is not None and job.job_id in running:  # a sequential batch's current row
-        running.remove(job.job_id)
-        timed_out = f"; row {job.job_id}{_write_timeout(conn, job.table, job.job_id, trip.timeout, worker_id=worker_id)}"
+    if statement == "node_timeout" and trip.timeout is not None:
         statement = "release_job"  # a threads batch's other running rows did not time out: handed back uncharged
+        if trip.timeout.job_id in running:  # else it finished meanwhile, and is stored with the rest
+            running.remove(trip.timeout.job_id)
+            timed_out = f"; row {trip.timeout.job_id}{_write_timeout(conn, job.table, trip.timeout, worker_id=worker_id)}"
     if statement == "watchdog_trip":
         for job_id in running:
             params = {"job_id": job_id, "worker_id": worker_id, "max_trips": max_trips, "error": error}
@@ -158,8 +160,9 @@ def _write_batch(
             f"running row(s) {running} {'tripped' if statement == 'watchdog_trip' else 'handed back if still ours'}{timed_out}")
 
 
-def _write_timeout(conn: psycopg.Connection[Any], table: JobTable, job_id: int, timeout: Timeout, *, worker_id: str) -> str:
+def _write_timeout(conn: psycopg.Connection[Any], table: JobTable, timeout: Timeout, *, worker_id: str) -> str:
     """A node's own timeout is a failed attempt: retried after the delay its policy chose at the start, else failed."""
+    job_id = timeout.job_id
     if timeout.retry_in is not None:
         params = {"job_id": job_id, "worker_id": worker_id, "error": timeout.error, "delay_seconds": timeout.retry_in}
         if conn.execute(_JOBS.sql("retry_job", table), params).fetchone() is not None:

@@ -31,6 +31,7 @@ class Timeout:
     seconds: float
     retry_in: float | None
     error: str
+    job_id: int  # the row it is for: in a threads batch, one of several running
 
 
 @dataclass(frozen=True)
