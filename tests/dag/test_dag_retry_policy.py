@@ -15,6 +15,7 @@ from queue_workflows.claim_worker import ClaimWorker
 from queue_workflows.common import retry_policy
 from queue_workflows.common.retry_policy import decide, exception_names
 from queue_workflows.dag import Workflow, WorkflowValidationError
+from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.errors import InvalidPayloadError, NodeTimeout
 from queue_workflows.worker.batch import BatchWorker
 
@@ -148,7 +149,7 @@ def _worker(mode: str, n: int):
 
 
 @pytest.mark.parametrize("mode", ["one", "batch"])
-def test_each_worker_mode_applies_the_nodes_retry_on_and_no_retry_on(database_url, mode):
+def test_each_worker_mode_applies_the_nodes_retry_on_and_no_retry_on(database_url, conn, mode):
     wf = (
         Workflow("policy")
         .node("refused", bad_value, no_retry_on=["ValueError"])
@@ -167,6 +168,9 @@ def test_each_worker_mode_applies_the_nodes_retry_on_and_no_retry_on(database_ur
     assert (rows["listed"]["status"], rows["listed"]["attempts"], rows["listed"]["backoff"]) == ("scheduled", 1, 30)
     assert "Throttled: 429" in rows["listed"]["error"]
     assert rows["default"]["status"] == "failed" and rows["default"]["error"].startswith("Traceback")  # attempts spent: no reason added
+    DispatchDrain().drain_once(conn)  # a node the policy did not retry fails its run like one out of attempts
+    status = queue_workflows.run_status(run_id)
+    assert status["status"] == "failed" and status["nodes"]["listed"]["status"] == "cancelled"
 
 
 @pytest.mark.parametrize("mode", ["one", "batch"])
