@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0035 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0040 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -220,9 +220,11 @@ CREATE TABLE public.workflow_node_jobs (
     wall_seconds double precision,
     unassignable_reason text,
     batch_suspect boolean DEFAULT false NOT NULL,
+    retry_policy jsonb,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
+    CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
     CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))
 );
 

@@ -41,3 +41,7 @@ class MigrationError(QueueWorkflowsError, RuntimeError):
 
 class DatabaseUnreachableError(QueueWorkflowsError, ConnectionError):
     """Postgres did not answer (not up yet, wrong host, out of slots); waiting may cure it."""
+
+
+class NodeTimeout(QueueWorkflowsError, TimeoutError):
+    """A node's attempt ran past its own `timeout`: the watchdog ended it, and its retry policy may name this class."""

@@ -99,6 +99,7 @@ class NodeJob(JobRow):
     input_refs: dict[str, Any] | None = None  # inputs left as references at enqueue, resolved when the node runs
     required_model: str | None = None
     budget_seconds: float | None = None
+    retry_policy: dict[str, Any] | None = None  # timeout, retry_backoff, retry_on, no_retry_on (common/retry_policy.py)
     context_delta: dict[str, Any] | None = None
     unassignable_reason: str | None = None
 

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from queue_workflows import callables, config, db, jobstore, tasks
-from queue_workflows.common import sqlfile
+from queue_workflows.common import retry_policy, sqlfile
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
@@ -189,12 +190,14 @@ def enqueue_node_job(
     priority: int = 0,
     required_model: str | None = None,
     max_attempts: int | None = None,
+    retry_policy: Mapping[str, Any] | None = None,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
 
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
     packages, or a registered callable (callables.py); any other is refused before the write.
+    `retry_policy` takes a DAG node's keys (`timeout`, `retry_backoff`, `retry_on`, `no_retry_on`).
     """
     check_node_queue(queue)
     for label, value in (("node_name", node_name), ("node_module", node_module), ("required_model", required_model)):
@@ -213,12 +216,21 @@ def enqueue_node_job(
         "required_model": required_model,
         "inputs": json_object(inputs, what="inputs", max_bytes=config.current().settings.max_payload_bytes),
         "max_attempts": _check_max_attempts(max_attempts),
+        "retry_policy": _checked_policy(retry_policy),
     }
     callables.check_plain_node(node_module or node_name)  # by name: the enqueuer need not have the code
     row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_node_job"), params))
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
     return row
+
+
+def _checked_policy(policy: Any) -> Jsonb | None:
+    try:
+        checked = retry_policy.check(policy)
+    except retry_policy.PolicyError as exc:
+        raise InvalidPayloadError(str(exc)) from None
+    return Jsonb(checked) if checked is not None else None
 
 
 def table_for(queue: object) -> JobTable:

@@ -8,7 +8,8 @@ Data form::
         {"id": "embed", "call": "myapp.nodes.embed:run", "queue": "gpu", "model": "bge-small",
          "deps": ["fetch"], "inputs": {"text": {"$from": "fetch.text"}},
          "skip_if": {"$eq": [{"$from": "fetch.text", "default": ""}, ""]},
-         "max_attempts": 5, "budget_seconds": 600}]}
+         "max_attempts": 5, "budget_seconds": 600,
+         "timeout": 120, "retry_backoff": {"base": 5, "max": 60}, "no_retry_on": ["ValueError"]}]}
 
 `call` names a module exposing `run(...)` ("pkg.mod") or a function ("pkg.mod:func"); the
 builder also takes the function itself. `module` is accepted as an alias of `call` (the seed's
@@ -39,7 +40,8 @@ def check_workflow_name(name: object) -> str:
     except InvalidPayloadError as exc:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
-NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
+POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node's own timeout and retry policy (common/retry_policy.py)
+NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind", *POLICY_KEYS})
 KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
 
 
@@ -70,6 +72,10 @@ class Node:
     max_attempts: Any = 3
     budget_seconds: Any = None
     kind: Any = "task"
+    timeout: Any = None
+    retry_backoff: Any = None
+    retry_on: Any = None
+    no_retry_on: Any = None
 
     @property
     def is_input(self) -> bool:
@@ -86,6 +92,7 @@ class Node:
             data["budget_seconds"] = self.budget_seconds
         if self.kind != "task":
             data["kind"] = self.kind
+        data.update((key, getattr(self, key)) for key in POLICY_KEYS if getattr(self, key) is not None)
         return data
 
 
@@ -109,12 +116,20 @@ class Workflow:
         max_attempts: int = 3,
         budget_seconds: float | None = None,
         input: bool = False,  # noqa: A002 - the public keyword, as workflow files name it
+        timeout: float | None = None,
+        retry_backoff: Mapping[str, float] | None = None,
+        retry_on: Iterable[str] | None = None,
+        no_retry_on: Iterable[str] | None = None,
     ) -> Workflow:
-        """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`)."""
+        """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`).
+
+        `timeout`, `retry_backoff`, `retry_on`, `no_retry_on`: its own timeout and retry policy (docs/dag.md).
+        """
         deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
         self.nodes.append(
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
-                 "input" if input is True else "task" if input is False else input)
+                 "input" if input is True else "task" if input is False else input, timeout=timeout, retry_backoff=retry_backoff,
+                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on))
         )
         return self
 
@@ -155,6 +170,7 @@ class Workflow:
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
+                    **{key: raw.get(key) for key in POLICY_KEYS},
                 )
             )
         return cls(name, nodes)
@@ -176,6 +192,11 @@ class Workflow:
         """A `.json`, `.yaml` or `.yml` file."""
         suffix = Path(path).suffix.lower()
         return cls.from_yaml(Path(path)) if suffix in (".yaml", ".yml") else cls.from_json(Path(path))
+
+
+def _listed(names: Any) -> Any:
+    """A tuple or set of names as a list (what the data form holds); a string or anything else is kept for validate to refuse."""
+    return list(names) if isinstance(names, (tuple, set, frozenset)) else names
 
 
 def _text(text_or_path: str | Path) -> str:

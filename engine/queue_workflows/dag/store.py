@@ -19,7 +19,7 @@ from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import dispatcher, hooks, refs
 from queue_workflows.dag.definition import Workflow
-from queue_workflows.dag.validate import topological_order, validate
+from queue_workflows.dag.validate import node_policy, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.payloads import check_id, json_object
@@ -159,7 +159,7 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
             "status": status, "priority": run["priority"], "required_model": node.model,
             "inputs": Jsonb(inputs), "input_refs": Jsonb(late), "max_attempts": node.max_attempts,
-            "budget_seconds": node.budget_seconds,
+            "budget_seconds": node.budget_seconds, "retry_policy": _policy(node),
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)
@@ -168,6 +168,12 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
         cur.execute(_DAG["dag_cancel_nodes"], {"run_id": run["id"], "names": step.cancel, "reason": reason})
     if step.run_status:
         cur.execute(_DAG["dag_finish_run"], {"run_id": run["id"], "status": step.run_status, "error": step.error})
+
+
+def _policy(node: Any) -> Jsonb | None:
+    """The node's timeout and retry policy for its row (migration 0040), so its worker needs no other read."""
+    policy = node_policy(f"node {node.id!r}", node)
+    return Jsonb(policy) if policy is not None else None
 
 
 def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from queue_workflows import config
+from queue_workflows.common import retry_policy
 from queue_workflows.dag import refs
-from queue_workflows.dag.definition import KINDS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
+from queue_workflows.dag.definition import KINDS, POLICY_KEYS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.payloads import check_json_tree, shown
@@ -96,6 +97,21 @@ def _check_node(name: str, node: Node) -> None:
     b = node.budget_seconds
     if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0):
         raise WorkflowValidationError(f"{where}: budget_seconds must be a positive number, not {b!r}")
+    node_policy(where, node)
+
+
+def node_policy(where: str, node: Node) -> dict[str, Any] | None:
+    """The node's timeout and retry policy as its row stores it; refused naming the node and the key."""
+    given = [key for key in POLICY_KEYS if getattr(node, key) is not None]
+    if given and node.is_input:
+        raise WorkflowValidationError(f"{where}: an input step runs nothing: it takes no {', '.join(given)}")
+    if node.timeout is not None and node.budget_seconds is not None:
+        raise WorkflowValidationError(f"{where}: give timeout (a failed attempt, retried by its policy) or budget_seconds "
+                                      "(the watchdog's uncharged requeue), not both")
+    try:
+        return retry_policy.build(**{key: getattr(node, key) for key in POLICY_KEYS})
+    except retry_policy.PolicyError as exc:
+        raise WorkflowValidationError(f"{where}: {exc}") from None
 
 
 def _check_refs(name: str, node: Node) -> None:

@@ -18,8 +18,8 @@ import psycopg
 
 from queue_workflows import config, db, jobstore, node_queue
 from queue_workflows.common import sqlfile
-from queue_workflows.common.backoff import retry_delay
 from queue_workflows.common.health_stamp import HealthStamp
+from queue_workflows.common.retry_policy import exception_names
 from queue_workflows.common.text import first_line
 from queue_workflows.common.wake import WakeEvent
 from queue_workflows.control import WorkerSwitch
@@ -32,7 +32,7 @@ from queue_workflows.gpu.side import GpuSide
 from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
-from queue_workflows.worker import exits, progress
+from queue_workflows.worker import exits, progress, retry
 from queue_workflows.worker.executor import Outcome, run_ingest_job, run_node_job
 from queue_workflows.worker.idle_baton import IdleBaton
 from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
@@ -246,7 +246,7 @@ class ClaimWorker:
     def _started(self, job: Job) -> None:
         """The claimed job is running from here: its lease is renewed and its watchdogs armed."""
         self._job = job
-        self.beat.job_started(self.table, job.id, budget_for(job, self.settings))
+        self.beat.job_started(self.table, job.id, budget_for(job, self.settings), timeout=retry.timeout_for(job, self.settings))
 
     def _execute(self, job: Job) -> tuple[Outcome, float]:
         started = time.monotonic()
@@ -265,7 +265,7 @@ class ClaimWorker:
         try:
             acquired = self.gpu.acquire(job)
         except ModelLoadError as exc:
-            return Outcome(JobStatus.FAILED, error=str(exc)), None
+            return Outcome(JobStatus.FAILED, error=str(exc), exception=exception_names(type(exc))), None
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
         if acquired is not None and not acquired.hit:
             self.beat.models_changed()
@@ -287,7 +287,8 @@ class ClaimWorker:
                 raise  # the session reconnects and tries again
             except Exception as exc:  # noqa: BLE001 - a refused outcome must not kill the worker
                 log.error("job %s: its outcome could not be stored (%s); recording that as its failure", job.id, first_line(exc))
-                refused = Outcome(JobStatus.FAILED, error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"))
+                refused = Outcome(JobStatus.FAILED, error=clean_text(f"the job's outcome could not be stored: {type(exc).__name__}: {first_line(exc)}"),
+                                  exception=exception_names(type(exc)))
             try:
                 return self._finish_and_claim(conn, job, refused)
             except psycopg.OperationalError:
@@ -303,8 +304,8 @@ class ClaimWorker:
     ) -> tuple[jobstore.Row | None, float | None, Job | None]:
         """Store the outcome and claim the next job in one transaction, sent as one pipeline.
 
-        A failure with attempts left is requeued after a backoff; the guarded mark after it
-        then matches nothing. With attempts spent the retry matches nothing and the mark fails it.
+        A failure its retry policy retries (worker/retry.py) is requeued after a backoff; the
+        guarded mark after it then matches nothing. Otherwise the mark fails it, saying why.
         """
         statements = []
         usage, self._usage = self._usage, None
@@ -314,12 +315,12 @@ class ClaimWorker:
         if outcome.gpu_error == "oom":  # not the task's fault: requeue uncharged, up to the watchdog cap
             error = f"GPU out of memory (requeued, no attempt charged): {outcome.error}"
             statements.append(jobstore.watchdog_trip_statement(self.table, job.id, self.worker_id, error=error, max_trips=self.settings.watchdog_max_trips))
-        elif outcome.status == JobStatus.FAILED and job.attempts < job.max_attempts:
-            retry_in = retry_delay(job.attempts, base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            statements.append(jobstore.retry_statement(self.table, job.id, self.worker_id, error=outcome.error or "", delay_seconds=retry_in))
-        if outcome.gpu_error != "oom":
-            mark = jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, error=outcome.error, worker_id=self.worker_id)
-            statements.append(mark)
+        elif outcome.status == JobStatus.FAILED:  # its retry policy decides: retried after a backoff, or failed now
+            verdict = retry.decision(job, outcome.exception, self.settings)
+            retry_in = verdict.retry_in
+            statements.extend(retry.failure_statements(self.table, job, self.worker_id, error=outcome.error or "", verdict=verdict))
+        else:
+            statements.append(jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, worker_id=self.worker_id))
         claim = self._claim_statements() if self._may_claim() else []
         statements.extend(claim)
         cursors = db.one_round_trip(conn, statements)
@@ -339,7 +340,8 @@ class ClaimWorker:
             log.warning("job %s: GPU out of memory after %.3fs; now %s (watchdog trip %s)", job.id, elapsed, marked["status"], marked["watchdog_trips"])
         elif outcome.status == JobStatus.FAILED:
             last_line = (outcome.error or "").strip().splitlines()[-1:] or [""]
-            then = f"retry in {retry_in:.1f}s" if retry_in is not None else "no attempts left"
+            refused = str(marked.get("error") or "")
+            then = f"retry in {retry_in:.1f}s" if retry_in is not None else refused.splitlines()[0] if refused.startswith("no retry:") else "no attempts left"
             log.warning("job %s attempt %s failed after %.3fs (%s): %s", job.id, job.attempts, elapsed, then, last_line[0])
         elif log.isEnabledFor(logging.INFO):
             log.info("job %s completed in %.3fs", job.id, elapsed)

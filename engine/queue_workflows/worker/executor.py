@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from queue_workflows import callables, config, tasks
+from queue_workflows.common.retry_policy import exception_names
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.gpu.errors import GpuErrorKind, classify
 from queue_workflows.jobrow import IngestJob, JobStatus, NodeJob
@@ -30,6 +31,7 @@ class Outcome:
     result: Any = None
     error: str | None = None
     gpu_error: GpuErrorKind | None = None  # a transient GPU error: requeued, not charged to the task
+    exception: tuple[str, ...] = ()  # the raised class and its bases (retry_policy.exception_names), for retry_on / no_retry_on
 
 
 def _failure(exc: BaseException) -> Outcome:
@@ -41,7 +43,7 @@ def _failure(exc: BaseException) -> Outcome:
             text = "".join(traceback.format_exception(exc)).strip()  # ends "SystemExit: 0", "KeyboardInterrupt", ...
     except BaseException:  # noqa: BLE001 - a __str__ that raises must not take the worker down either
         text = f"{type(exc).__qualname__} (its message could not be formatted)"
-    return Outcome(JobStatus.FAILED, error=clean_text(text)[-_MAX_ERROR_CHARS:], gpu_error=classify(exc))
+    return Outcome(JobStatus.FAILED, error=clean_text(text)[-_MAX_ERROR_CHARS:], gpu_error=classify(exc), exception=exception_names(type(exc)))
 
 
 def _checked_result(value: Any, what: str) -> Any:

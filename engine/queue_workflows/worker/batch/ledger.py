@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from queue_workflows.jobrow import Job, JobStatus
 from queue_workflows.jobstore import Statement
 from queue_workflows.worker.executor import Outcome
+from queue_workflows.worker.liveness.watchdogs import Timeout
 
 Finished = list[tuple[Job, Outcome]]
 
@@ -38,6 +39,7 @@ class BatchLedger:
         self._order = [job.id for job in jobs]
         self._unstarted = set(self._order)
         self._running: dict[int, float] = {}  # when each started (monotonic)
+        self._timeouts: dict[int, tuple[float, Timeout]] = {}  # a running row's own deadline (monotonic), in a threads batch
         self._charged: set[int] = set()  # started, and known so to the database
         self._charging: set[int] = set()  # running rows a record in flight is charging
         self._finished: dict[int, tuple[Job, Outcome]] = {}  # in memory, not committed yet
@@ -55,6 +57,19 @@ class BatchLedger:
             self._unstarted.discard(job_id)
             self._running[job_id] = time.monotonic()
             return True
+
+    def arm(self, timeout: Timeout, now: float) -> None:
+        """A started row's node timeout, watched by the beat's guard (`overdue`) while the row runs."""
+        with self._lock:
+            self._timeouts[timeout.job_id] = (now + timeout.seconds, timeout)
+
+    def overdue(self, now: float) -> Timeout | None:
+        """The timeout of a row still running past its deadline, if any."""
+        with self._lock:
+            for job_id, (deadline, timeout) in self._timeouts.items():
+                if now >= deadline and job_id in self._running:
+                    return timeout
+            return None
 
     def not_ours(self, job_id: int) -> None:
         """Its start record found the row taken from us: it never runs."""

@@ -28,12 +28,12 @@ from psycopg.rows import dict_row
 
 from queue_workflows import db, jobstore, queries
 from queue_workflows.common import sqlfile
-from queue_workflows.common.backoff import retry_delay
 from queue_workflows.common.text import first_line
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobrow import JobStatus, job_from_row
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
+from queue_workflows.worker import retry
 from queue_workflows.worker.batch.ledger import BatchLedger
 from queue_workflows.worker.batch.progress import ProgressWriter
 from queue_workflows.worker.batch.runner import BatchRunner, Job, Mode
@@ -146,9 +146,12 @@ class BatchWorker(ClaimWorker):
             started = replace(job, attempts=attempts)
         else:
             started = replace(job, attempts=job.attempts + 1)  # what its record will charge (claimed rows are uncharged)
+        timeout = retry.timeout_for(started, self.settings)
         if self.runner.mode == "sequential":
             self._job = started
-            self.beat.job_advanced(job.id, self._budget(job))
+            self.beat.job_advanced(job.id, self._budget(job), timeout=timeout)
+        elif timeout is not None:  # rows run side by side: the guard watches each one's own deadline
+            ledger.arm(timeout, self.beat.now_fn())
         return started
 
     def _row_finished(self, job: Job, outcome: Outcome) -> None:
@@ -241,17 +244,13 @@ class BatchWorker(ClaimWorker):
             statements.append((_JOBS.sql("release_job", self.table), {"ids": unstarted, "worker_id": self.worker_id}))
         for job, outcome in zip(jobs, outcomes, strict=True):
             if outcome is not None and outcome.status == JobStatus.FAILED:
-                statements.extend(self._failure_statements(job, outcome.error or ""))
+                statements.extend(self._failure_statements(job, outcome.error or "", outcome.exception))
         return statements
 
-    def _failure_statements(self, job: Job, error: str) -> list[jobstore.Statement]:
-        """Retry after a backoff while attempts remain (the mark then matches nothing), else fail."""
-        statements = []
-        if job.attempts < job.max_attempts:
-            delay = retry_delay(job.attempts, base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
-            statements.append(jobstore.retry_statement(self.table, job.id, self.worker_id, error=error, delay_seconds=delay))
-        statements.append(jobstore.mark_statement(self.table, JobStatus.FAILED, job.id, error=error, worker_id=self.worker_id))
-        return statements
+    def _failure_statements(self, job: Job, error: str, exception: tuple[str, ...] = ()) -> list[jobstore.Statement]:
+        """Retry after a backoff when its retry policy says so (the mark then matches nothing), else fail saying why."""
+        verdict = retry.decision(job, exception, self.settings)
+        return retry.failure_statements(self.table, job, self.worker_id, error=error, verdict=verdict)
 
     def _store_alone(self, conn: Any, job: Job, outcome: Outcome | None) -> None:
         try:

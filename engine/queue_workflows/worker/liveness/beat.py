@@ -30,12 +30,12 @@ from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.switch import WorkerSwitch
 from queue_workflows.control.throttle import Throttle, current_probe
 from queue_workflows.queries import JobTable
-from queue_workflows.worker.exits import EXIT_HARD_STOP, EXIT_JOB_TAKEN
+from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_HARD_STOP, EXIT_JOB_TAKEN
 from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.worker.liveness.pacing import BeatPacer
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
-from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip
+from queue_workflows.worker.liveness.watchdogs import JobWatch, Timeout, Trip
 from queue_workflows.worker.session import WorkerSession, hold_worker_lock
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
@@ -96,6 +96,7 @@ class LivenessBeat(threading.Thread):
 
     def job_started(
         self, table: JobTable, job_id: int, budget_seconds: float = float("inf"), batch: tuple[int, ...] = (), rows: BatchRows | None = None,
+        timeout: Timeout | None = None,
     ) -> None:
         """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch` (or `rows`)."""
         now = self.now_fn()
@@ -104,7 +105,7 @@ class LivenessBeat(threading.Thread):
             self._returned = False
             self._lease_deadline = now + self.lease_seconds
             self._next_renew = now + self.renew_seconds
-            self.watch.start(job_id, budget_seconds)
+            self.watch.start(job_id, budget_seconds, timeout)
         self.state = "busy"
         self._armed.set()
         self.pacer.job_started()  # a poke only out of an idle beat's long sleep: one per job cost a third of no-op throughput
@@ -114,12 +115,12 @@ class LivenessBeat(threading.Thread):
         self._next_heartbeat = 0.0
         self.pacer.poke()
 
-    def job_advanced(self, job_id: int, budget_seconds: float = float("inf")) -> None:
+    def job_advanced(self, job_id: int, budget_seconds: float = float("inf"), timeout: Timeout | None = None) -> None:
         """The next row of the running batch starts: the watchdogs follow it; the lease stays the batch's."""
         with self._job_lock:
             if self._job is not None:
                 self._job = replace(self._job, job_id=job_id)
-                self.watch.start(job_id, budget_seconds)
+                self.watch.start(job_id, budget_seconds, timeout)
 
     def committing(self) -> AbstractContextManager[None]:
         """Hold every trip off across a commit that stores outcomes or claims (see fence.py).
@@ -207,6 +208,8 @@ class LivenessBeat(threading.Thread):
                 self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
             elif (trip := self.watch.check()) is not None:
                 self._trip(job, trip)
+            elif job.rows is not None and (late := job.rows.overdue(self.now_fn())) is not None:  # a threads batch's row
+                self._trip(job, Trip(EXIT_BUDGET, f"node timeout of {late.seconds:g}s spent (row {late.job_id})", late))
 
     def _tick(self) -> bool:
         """One round of chores; True when it sent a statement on its connection."""

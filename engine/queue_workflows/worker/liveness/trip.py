@@ -19,7 +19,7 @@ from queue_workflows.common import sqlfile
 from queue_workflows.common.text import first_line
 from queue_workflows.queries import JobTable
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
-from queue_workflows.worker.liveness.watchdogs import Trip
+from queue_workflows.worker.liveness.watchdogs import Timeout, Trip
 
 _CONTROL = sqlfile.load("queue_workflows.control", "control.sql")
 _JOBS = sqlfile.load("queue_workflows", "jobs.sql")
@@ -37,6 +37,7 @@ class BatchRows(Protocol):
     """What a batch worker tells the beat about its rows (queue_workflows.worker.batch.ledger)."""
 
     def unstored_ids(self) -> list[int]: ...
+    def overdue(self, now: float) -> Timeout | None: ...
     def taken(self, lost: set[int]) -> set[int]: ...
     def close(self) -> tuple[list[tuple[Any, Any]], list[int], list[int]]: ...
 
@@ -84,7 +85,7 @@ def stop_job(
         kill_job_processes()  # before the job is handed on, so nothing of this attempt runs beside the next
     except Exception as exc:  # noqa: BLE001 - the exit tries again
         log.warning("the job's processes were not ended before its write: %s", first_line(exc))
-    statement = WRITES.get(trip.code) if job is not None else None
+    statement = ("node_timeout" if trip.timeout is not None else WRITES.get(trip.code)) if job is not None else None
     outcome = ""
     if statement is not None or device_check is not None or (job is not None and (job.rows is not None or len(job.ids) > 1)):
         try:
@@ -112,6 +113,8 @@ def _write(
             conn.execute(_JOBS.sql("release_job", job.table), {"ids": others, "worker_id": worker_id})
         if statement is None:
             return f"; {len(others)} other row(s) of its batch handed back" if others else ""
+        if statement == "node_timeout" and trip.timeout is not None:
+            return _write_timeout(conn, job.table, trip.timeout, worker_id=worker_id)
         params = {"job_id": job.job_id, "ids": [job.job_id], "worker_id": worker_id, "max_trips": max_trips,
                   "error": f"stopped by the worker (exit {trip.code}): {trip.reason}"}
         row = conn.execute(_JOBS.sql("release_job" if statement == "release_job" else "watchdog_trip", job.table), params).fetchone()
@@ -141,6 +144,12 @@ def _write_batch(
     if unstarted:
         conn.execute(release, {"ids": unstarted, "worker_id": worker_id})
     error = f"stopped by the worker (exit {trip.code}): {trip.reason}"
+    timed_out = ""
+    if statement == "node_timeout" and trip.timeout is not None:
+        statement = "release_job"  # a threads batch's other running rows did not time out: handed back uncharged
+        if trip.timeout.job_id in running:  # else it finished meanwhile, and is stored with the rest
+            running.remove(trip.timeout.job_id)
+            timed_out = f"; row {trip.timeout.job_id}{_write_timeout(conn, job.table, trip.timeout, worker_id=worker_id)}"
     if statement == "watchdog_trip":
         for job_id in running:
             params = {"job_id": job_id, "worker_id": worker_id, "max_trips": max_trips, "error": error}
@@ -148,4 +157,15 @@ def _write_batch(
     elif running:
         conn.execute(release, {"ids": running, "worker_id": worker_id})
     return (f"; batch: {len(finished)} finished write(s) stored, {len(unstarted)} unstarted row(s) handed back, "
-            f"running row(s) {running} {'tripped' if statement == 'watchdog_trip' else 'handed back if still ours'}")
+            f"running row(s) {running} {'tripped' if statement == 'watchdog_trip' else 'handed back if still ours'}{timed_out}")
+
+
+def _write_timeout(conn: psycopg.Connection[Any], table: JobTable, timeout: Timeout, *, worker_id: str) -> str:
+    """A node's own timeout is a failed attempt: retried after the delay its policy chose at the start, else failed."""
+    job_id = timeout.job_id
+    if timeout.retry_in is not None:
+        params = {"job_id": job_id, "worker_id": worker_id, "error": timeout.error, "delay_seconds": timeout.retry_in}
+        if conn.execute(_JOBS.sql("retry_job", table), params).fetchone() is not None:
+            return f"; now scheduled (timeout, retry in {timeout.retry_in:.1f}s)"
+    row = conn.execute(_JOBS.sql("mark_failed", table), {"job_id": job_id, "worker_id": worker_id, "result": None, "error": timeout.error}).fetchone()
+    return "; it was no longer ours" if row is None else "; now failed (timeout)"

@@ -1,0 +1,1 @@
+ALTER TABLE workflow_node_jobs DROP COLUMN IF EXISTS retry_policy;
