@@ -39,8 +39,11 @@ def check_workflow_name(name: object) -> str:
     except InvalidPayloadError as exc:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
-NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
-KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
+NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
+                       "workflow"})
+# An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
+# starts a child run of `workflow` (a name for the provider, or a definition) and waits for it (dag/child.py).
+KINDS = ("task", "input", "workflow")
 
 
 def callable_spec(call: Any) -> Any:
@@ -70,10 +73,19 @@ class Node:
     max_attempts: Any = 3
     budget_seconds: Any = None
     kind: Any = "task"
+    workflow: Any = None  # a "workflow" node's child: a name or a definition
 
     @property
     def is_input(self) -> bool:
         return self.kind == "input"
+
+    @property
+    def is_child(self) -> bool:
+        return self.kind == "workflow"
+
+    @property
+    def runs_code(self) -> bool:
+        return self.kind not in ("input", "workflow")
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -86,6 +98,8 @@ class Node:
             data["budget_seconds"] = self.budget_seconds
         if self.kind != "task":
             data["kind"] = self.kind
+        if self.workflow is not None:
+            data["workflow"] = self.workflow
         return data
 
 
@@ -116,6 +130,23 @@ class Workflow:
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "input" if input is True else "task" if input is False else input)
         )
+        return self
+
+    def child(
+        self,
+        id: str,  # noqa: A002 - the public keyword, as workflow files name it
+        workflow: str | Workflow | Mapping[str, Any],
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        deps: Iterable[str] = (),
+        skip_if: Any = None,
+    ) -> Workflow:
+        """Add a child-workflow node: it starts a run of `workflow` (a provider's name, or a definition)
+        with its resolved `inputs` as context, and completes with that run's output (dag/child.py)."""
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        child = workflow.to_dict() if isinstance(workflow, Workflow) else workflow
+        self.nodes.append(Node(id, None, deps=deps_tuple, inputs=dict(inputs or {}), skip_if=skip_if, max_attempts=1,
+                               kind="workflow", workflow=child))
         return self
 
     def by_id(self) -> dict[str, Node]:
@@ -155,6 +186,7 @@ class Workflow:
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
+                    workflow=raw.get("workflow"),
                 )
             )
         return cls(name, nodes)
