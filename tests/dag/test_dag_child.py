@@ -192,6 +192,23 @@ def test_fan_out_limit_fails_the_child_past_it_naming_the_setting(database_url, 
     assert {r["status"] for r in query(database_url, "SELECT status FROM workflow_runs")} == {"failed", "cancelled"}
 
 
+def test_restart_starts_the_child_that_a_limit_kept_from_starting(database_url, conn):
+    queue_workflows.configure(database_url=database_url, max_child_runs=1)
+    provide(sub=SUB)
+    run_id = queue_workflows.start_run(Workflow("two").child("c0", "sub", inputs={"v": 0}).child("c1", "sub", inputs={"v": 1}), {})
+    drain(conn)
+    assert queue_workflows.run_status(run_id)["status"] == "failed"
+    first = child_of(database_url, run_id, "c0")  # cancelled with its failed parent
+    queue_workflows.configure(database_url=database_url, max_child_runs=2)
+    result = queue_workflows.restart_run(run_id)
+    second = child_of(database_url, run_id, "c1")
+    assert sorted(result["child_runs"]) == [first, second] and sorted(result["reset"]) == ["c0", "c1"]
+    assert queue_workflows.run_status(second)["context"] == {"v": 1}
+    for child in (first, second):
+        complete(database_url, conn, child, "double", {"v": child})
+    assert queue_workflows.run_status(run_id)["status"] == "completed"
+
+
 def test_an_inline_child_definition_runs_and_is_validated_recursively(database_url, conn):
     inline = Workflow("inner").node("x", f"{N}:echo")
     run_id = queue_workflows.start_run(Workflow("outer").child("in", inline), {})

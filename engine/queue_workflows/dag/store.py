@@ -120,6 +120,8 @@ def start_children(conn: db.Conn, run_id: int, names: Sequence[str]) -> list[int
     """Start the child runs of these `waiting` nodes (a restart's reset child nodes that never had one), then advance them."""
     with conn.cursor(row_factory=dict_row) as cur:
         run = cur.execute(_DAG["dag_lock_run_head"], {"run_id": run_id}).fetchone()
+        if run is None:
+            raise LookupError(f"no workflow run {run_id}")
         wf = _parsed(cur, run).wf
         rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
         scope = scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None])
