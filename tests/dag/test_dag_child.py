@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 from procs import query
+from psycopg.rows import dict_row
 
 import queue_workflows
 from queue_workflows import node_queue
@@ -243,3 +244,49 @@ def test_a_child_that_ends_by_plain_sql_still_ends_its_parent_node(database_url,
     status = queue_workflows.run_status(run_id)
     assert status["nodes"]["sub"]["error"] == f"child run {child} cancelled: by hand"
     assert status["status"] == "failed"
+
+
+def _blocked_on_a_lock(url: str) -> bool:
+    return query(url, "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")[0]["n"] > 0
+
+
+@pytest.mark.parametrize("how", ["cancel", "sibling fails"])
+def test_a_parent_ending_while_its_child_ends_never_deadlocks(database_url, conn, how):
+    """The child's end locks its run, then its parent's node; the parent's end must take the child runs
+    first, or each waits for the other (Postgres would abort one with a deadlock)."""
+    import threading
+
+    provide(sub=SUB)
+    run_id = queue_workflows.start_run(Workflow("parent").child("sub", "sub", inputs={"v": 1}).node("other", f"{N}:boom", max_attempts=1), {})
+    child = child_of(database_url, run_id, "sub")
+    if how == "sibling fails":
+        node_queue.mark_failed(node_row(database_url, run_id, "other")["id"], "RuntimeError: boom")  # committed: the drain below sees it
+    errors: list[BaseException] = []
+    with psycopg.connect(database_url) as ending:  # the child's drain, mid-transaction
+        ending.execute("SELECT id FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE", (child,))
+
+        def parent_side() -> None:
+            try:
+                with psycopg.connect(database_url, row_factory=dict_row) as c:
+                    if how == "cancel":
+                        queue_workflows.cancel_run(run_id, conn=c)
+                    else:
+                        drain(c)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=parent_side)
+        thread.start()
+        from queue_workflows.testing import wait_until
+
+        wait_until(lambda: errors or _blocked_on_a_lock(database_url), timeout=10, what="the parent's side to wait for the child's run")
+        assert not errors, errors
+        node_queue.mark_completed(node_row(database_url, child, "double")["id"], {"v": 2}, conn=ending)
+        ending.execute("UPDATE workflow_runs SET status = 'completed', finished_at = now() WHERE id = %s", (child,))
+        ending.commit()
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert queue_workflows.run_status(child)["status"] == "completed"
+    sub = queue_workflows.run_status(run_id)["nodes"]["sub"]
+    assert (sub["status"], sub["output"]) == ("completed", {"double": {"v": 2}})  # the child's end won the race, whole
+    assert queue_workflows.run_status(run_id)["status"] in ("cancelled", "failed")
