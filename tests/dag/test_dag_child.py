@@ -290,3 +290,20 @@ def test_a_parent_ending_while_its_child_ends_never_deadlocks(database_url, conn
     sub = queue_workflows.run_status(run_id)["nodes"]["sub"]
     assert (sub["status"], sub["output"]) == ("completed", {"double": {"v": 2}})  # the child's end won the race, whole
     assert queue_workflows.run_status(run_id)["status"] in ("cancelled", "failed")
+
+
+def test_a_child_whose_definition_changed_to_invalid_fails_its_node_when_reached(database_url, conn):
+    provide(sub=SUB)
+    run_id = queue_workflows.start_run(Workflow("parent").node("a", f"{N}:echo").child("sub", "sub", deps=["a"]), {})
+    provide(sub=Workflow("sub").node("x", f"{N}:echo", deps=["y"]))  # redeployed between the start and the node
+    complete(database_url, conn, run_id, "a", {})
+    status = queue_workflows.run_status(run_id)
+    assert status["nodes"]["sub"]["error"] == "child workflow of node 'sub' not started: workflow 'sub': node 'x' depends on unknown node 'y'"
+    assert status["status"] == "failed"
+
+    provide(sub=SUB)
+    run_id = queue_workflows.start_run(Workflow("parent").node("a", f"{N}:echo").child("sub", "sub", deps=["a"]), {})
+    set_workflow_provider(None)  # an orchestrator without the application's provider
+    complete(database_url, conn, run_id, "a", {})
+    assert queue_workflows.run_status(run_id)["nodes"]["sub"]["error"] == (
+        "child workflow of node 'sub' not started: LookupError: no workflow named 'sub': call set_workflow_provider(load_workflow) first")

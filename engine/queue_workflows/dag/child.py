@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 from queue_workflows import config
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import hooks, refs
-from queue_workflows.dag.definition import Node
+from queue_workflows.dag.definition import Node, WorkflowValidationError
 from queue_workflows.dag.validate import validate
 from queue_workflows.payloads import clean_text, json_object
 
@@ -46,7 +46,7 @@ def start(cur: Any, run: Mapping[str, Any], node: Node, scope: refs.Scope) -> in
     except psycopg.Error:
         raise
     except Exception as exc:  # noqa: BLE001 - a provider is host code: whatever it raises fails the node, named
-        message = str(exc) if isinstance(exc, ChildStartError) else f"{type(exc).__name__}: {exc}"
+        message = str(exc) if isinstance(exc, (ChildStartError, WorkflowValidationError)) else f"{type(exc).__name__}: {exc}"
         error = clean_text(f"child workflow of node {node.id!r} not started: {message}")[:2000]
         cur.execute(_CHILD["child_fail_node"], {"run_id": run["id"], "node_name": node.id, "error": error})
         return None
@@ -72,6 +72,8 @@ def _prepare(cur: Any, run: Mapping[str, Any], node: Node, scope: refs.Scope) ->
         except refs.Unresolved as exc:  # no worker resolves it later: the child's context is written now
             raise ChildStartError(f"input {key!r}: {exc}") from None
     raw = hooks.load_definition(node.workflow) if isinstance(node.workflow, str) else node.workflow
-    wf = validate(raw)
+    # Its callables were checked by name (and imported) where start_run ran; the orchestrator imports
+    # no node code, and each child below is checked when it starts, so a deep chain costs O(depth).
+    wf = validate(raw, check_callables=False, check_children=False)
     context = json_object(inputs, what=f"inputs of node {node.id!r}", max_bytes=settings.max_payload_bytes)
     return wf.to_dict(), context  # type: ignore[return-value]

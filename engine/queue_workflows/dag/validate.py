@@ -19,8 +19,12 @@ QUEUES = ("cpu", "gpu")
 RESERVED_IDS = frozenset({refs.CONTEXT})  # a `$from` path's first segment: a node by this name would be unreachable
 
 
-def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True, _seen: frozenset[str] = frozenset()) -> Workflow:
-    """The workflow, checked: ids, queues/models, deps, cycles, references, callables (importable), child workflows."""
+def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True, check_children: bool = True,
+             _seen: frozenset[str] = frozenset()) -> Workflow:
+    """The workflow, checked: ids, queues/models, deps, cycles, references, callables (importable), child workflows.
+
+    `check_children=False` leaves the child workflows' own definitions unread (each is checked when its run starts).
+    """
     wf = as_workflow(workflow)
     check_workflow_name(wf.name)
     name = wf.name
@@ -58,7 +62,8 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
                 raise WorkflowValidationError(
                     f"workflow {name!r}: node {node.id!r}: unresolvable callable {node.call!r}: {type(exc).__name__}: {exc}"
                 ) from None
-    _check_children(wf, check_callables, _seen | {name})
+    if check_children:
+        _check_children(wf, check_callables, _seen | {name})
     return wf
 
 
