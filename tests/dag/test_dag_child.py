@@ -307,3 +307,15 @@ def test_a_child_whose_definition_changed_to_invalid_fails_its_node_when_reached
     complete(database_url, conn, run_id, "a", {})
     assert queue_workflows.run_status(run_id)["nodes"]["sub"]["error"] == (
         "child workflow of node 'sub' not started: LookupError: no workflow named 'sub': call set_workflow_provider(load_workflow) first")
+
+
+def test_a_skipped_child_node_starts_no_run_and_its_dependants_cascade(database_url, conn):
+    provide(sub=SUB)
+    wf = (Workflow("parent").node("a", f"{N}:echo")
+          .child("sub", "sub", deps=["a"], skip_if={"$eq": [{"$from": "a.go"}, False]})
+          .node("after", f"{N}:echo", deps=["sub"]))
+    run_id = queue_workflows.start_run(wf, {})
+    complete(database_url, conn, run_id, "a", {"go": False})
+    status = queue_workflows.run_status(run_id)
+    assert (status["status"], status["nodes"]["sub"]["status"], status["nodes"]["after"]["status"]) == ("completed", "skipped", "skipped")
+    assert query(database_url, "SELECT count(*) AS n FROM workflow_runs") == [{"n": 1}]
