@@ -21,6 +21,46 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.qw_child_output(child_id bigint, child_definition jsonb) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(jsonb_object_agg(j.node_name, coalesce(j.context_delta, '{}'::jsonb)), '{}'::jsonb)
+      FROM workflow_node_jobs j
+     WHERE j.run_id = child_id AND j.status = 'completed'
+       AND NOT EXISTS (SELECT 1
+                         FROM jsonb_array_elements(child_definition -> 'nodes') n,
+                              jsonb_array_elements_text(coalesce(n -> 'deps', '[]'::jsonb)) d
+                        WHERE d = j.node_name)
+$$;
+
+CREATE FUNCTION public.qw_child_run_ended() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    cause text;
+BEGIN
+    IF NEW.status = 'completed' THEN
+        UPDATE workflow_node_jobs
+           SET status = 'completed', context_delta = qw_child_output(NEW.id, NEW.definition), error = NULL,
+               finished_at = now(), updated_at = now()
+         WHERE run_id = NEW.parent_run_id AND node_name = NEW.parent_node AND status = 'waiting';
+    ELSE
+        IF NEW.status = 'failed' THEN
+            SELECT format('node %L failed: %s', node_name, error) INTO cause FROM workflow_node_jobs
+             WHERE run_id = NEW.id AND status = 'failed' ORDER BY finished_at, id LIMIT 1;
+        END IF;
+        cause := format('child run %s %s: %s', NEW.id, NEW.status, coalesce(cause, NEW.error, 'no error recorded'));
+        IF length(cause) > 2000 THEN  -- a deep chain: keep where it starts and the cause at its end
+            cause := left(cause, 500) || ' ... ' || right(cause, 1400);
+        END IF;
+        UPDATE workflow_node_jobs
+           SET status = 'failed', finished_at = now(), updated_at = now(), error = cause
+         WHERE run_id = NEW.parent_run_id AND node_name = NEW.parent_node AND status = 'waiting';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -57,6 +97,28 @@ DECLARE
 BEGIN
     IF TG_OP = 'DELETE' THEN target := OLD; ELSE target := NEW; END IF;
     PERFORM pg_notify('qw_worker_control', target.host_label || ':' || target.queue);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_parent_node_ended() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    child_id bigint;
+    reason text;
+BEGIN
+    reason := format('cancelled: its parent run %s node %s is %s', NEW.run_id, NEW.node_name, NEW.status);
+    UPDATE workflow_runs
+       SET status = 'cancelled', error = reason, finished_at = now(), updated_at = now()
+     WHERE parent_run_id = NEW.run_id AND parent_node = NEW.node_name
+       AND status NOT IN ('completed', 'failed', 'cancelled')
+    RETURNING id INTO child_id;
+    IF child_id IS NOT NULL THEN
+        UPDATE workflow_node_jobs
+           SET status = 'cancelled', error = reason, finished_at = now(), lease_expires_at = NULL, updated_at = now()
+         WHERE run_id = child_id AND status IN ('scheduled', 'queued', 'awaiting_input', 'waiting');
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -430,6 +492,11 @@ CREATE TABLE public.workflow_runs (
     definition jsonb,
     priority integer DEFAULT 0 NOT NULL,
     poisoned_at timestamp with time zone,
+    parent_run_id bigint,
+    parent_node text,
+    depth integer DEFAULT 0 NOT NULL,
+    CONSTRAINT workflow_runs_depth_check CHECK ((depth >= 0)),
+    CONSTRAINT workflow_runs_parent_pair CHECK (((parent_run_id IS NULL) = (parent_node IS NULL))),
     CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
 );
 
@@ -560,6 +627,8 @@ CREATE INDEX workflow_runs_active_idx ON public.workflow_runs USING btree (statu
 
 CREATE INDEX workflow_runs_finished_idx ON public.workflow_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
 
+CREATE UNIQUE INDEX workflow_runs_parent_node_key ON public.workflow_runs USING btree (parent_run_id, parent_node) WHERE (parent_run_id IS NOT NULL);
+
 CREATE TRIGGER ingest_jobs_ready_on_insert AFTER INSERT ON public.ingest_jobs FOR EACH ROW WHEN ((new.status = 'queued'::text)) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
 
 CREATE TRIGGER ingest_jobs_ready_on_requeue AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status IS DISTINCT FROM 'queued'::text))) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
@@ -580,6 +649,8 @@ CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_upd BEFORE UPDATE OF statu
 
 CREATE TRIGGER workflow_node_jobs_dispatch_event AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_record_dispatch_event();
 
+CREATE TRIGGER workflow_node_jobs_parent_node_ended AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (old.status = 'waiting'::text) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))) EXECUTE FUNCTION public.qw_parent_node_ended();
+
 CREATE TRIGGER workflow_node_jobs_ready_on_insert AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN ((new.status = 'queued'::text)) EXECUTE FUNCTION public.qw_notify_job_ready('node_job_ready');
 
 CREATE TRIGGER workflow_node_jobs_ready_on_requeue AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status IS DISTINCT FROM 'queued'::text))) EXECUTE FUNCTION public.qw_notify_job_ready('node_job_ready');
@@ -592,6 +663,8 @@ CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON 
 
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
+CREATE TRIGGER workflow_runs_child_ended AFTER UPDATE OF status ON public.workflow_runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_child_run_ended();
+
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
 
@@ -603,6 +676,9 @@ ALTER TABLE ONLY public.workflow_node_jobs
 
 ALTER TABLE ONLY public.workflow_run_actions
     ADD CONSTRAINT workflow_run_actions_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_runs
+    ADD CONSTRAINT workflow_runs_parent_run_id_fkey FOREIGN KEY (parent_run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
 
 GRANT USAGE ON SCHEMA public TO qw_worker;
 GRANT USAGE ON SCHEMA public TO qw_orchestrator;

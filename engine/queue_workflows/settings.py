@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     # callables; None: the application's top-level package. Never a bare string prefix.
     node_packages: Annotated[frozenset[str] | None, NoDecode] = None
     dispatch_max_attempts: int = Field(default=5, ge=1, le=1000)  # outbox: fan-out tries before the run is poison-flagged
+    # Child workflows (dag/child.py): a node that would start a child past either bound fails, naming it.
+    max_workflow_depth: int = Field(default=10, ge=0, le=100_000)  # nesting: a top-level run is depth 0
+    max_child_runs: int = Field(default=1000, ge=0, le=10_000_000)  # child runs one run may start
     # Retention, pruned by the leading orchestrator (0: keep forever).
     retain_finished_seconds: float = Field(default=7 * 86400.0, ge=0)  # finished jobs and runs
     retain_events_seconds: float = Field(default=30 * 86400.0, ge=0)  # job/node event log, processed outbox rows

@@ -114,7 +114,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             return _dump({**status, "actions": actions})
         print(f"run {status['id']} ({status['workflow_name']}): {status['status']}" + (f" - {status['error']}" if status["error"] else ""))
+        if status["parent_run_id"] is not None:
+            print(f"child of run {status['parent_run_id']} (node {status['parent_node']}), depth {status['depth']}: qw run {status['parent_run_id']}")
         print_table(nodes_table(status["nodes"]))
+        for name, node in status["nodes"].items():
+            if node.get("child_run_id") is not None:
+                print(f"node {name} -> child run {node['child_run_id']} ({node['child_status']}): qw run {node['child_run_id']}")
         if actions:
             print_table(actions_table(actions))
         return 0
@@ -255,7 +260,7 @@ def nodes_table(nodes: dict[str, dict[str, Any]]) -> Table:
     table = _table("node", "status", "attempts", "queue", "job", "output / error")
     for name, n in nodes.items():
         detail = (n["error"] or "").strip().splitlines()[-1:] if n["error"] else [json.dumps(n["output"], default=str)[:80] if n["output"] is not None else ""]
-        table.add_row(name, n["status"], str(n["attempts"]), n["queue"] or "-", f"node:{n['job_id']}" if n["job_id"] else "-", (detail or [""])[0][:80])
+        table.add_row(name, n["status"], str(n["attempts"]), n["queue"] or "-", f"run:{n['child_run_id']}" if n.get("child_run_id") else f"node:{n['job_id']}" if n["job_id"] else "-", (detail or [""])[0][:80])
     return table
 
 

@@ -135,3 +135,33 @@ def test_a_200_node_layered_dag_on_four_workers(database_url: str, procs: Procs)
     counts = executions(database_url)
     assert len(counts) == 200 and set(counts.values()) == {1}
     assert query(database_url, "SELECT count(*) AS n FROM workflow_node_jobs WHERE run_id = %s AND attempts = 1", (run_id,)) == [{"n": 200}]
+
+
+def test_kill_9_of_the_leading_orchestrator_while_a_child_runs(database_url: str, procs: Procs) -> None:
+    import qw_child_app
+
+    queue_workflows.set_workflow_provider(qw_child_app.load)  # start_run here checks the child's name, as the services load it
+
+    env = service_env(database_url, QW_APP="qw_child_app")
+    first = procs.orchestrator(env)
+    workers = [procs.worker(env, "cpu") for _ in range(2)]
+    wait_workers_ready(database_url, workers)
+    wait_for_log(first, "orchestrator running", timeout=30)
+    wf = (Workflow("parent").node("a", f"{N}:work", inputs={"label": "a", "item": 5})
+          .child("sub", "e2e_child", deps=["a"], inputs={"item": {"$from": "a.a"}})
+          .node("after", f"{N}:work", deps=["sub"], inputs={"label": "after", "item": {"$from": "sub.tail.child_tail"}}))
+    run_id = queue_workflows.start_run(wf, {})
+    wait_until(lambda: query(database_url, "SELECT 1 FROM workflow_node_jobs j JOIN workflow_runs r ON r.id = j.run_id "
+                                           "WHERE r.parent_run_id = %s AND j.node_name = 'slow' AND j.status = 'running'", (run_id,)),
+               timeout=15, what=f"the child's slow node to run\n{procs.logs()}")
+    first.kill()  # the child's end, and its parent's hand-off, are left to the next leader
+    first.wait()
+    wait_for_log(procs.orchestrator(env), "orchestrator running", timeout=30)
+    status = wait_run(run_id, procs, timeout=30)
+    child = status["nodes"]["sub"]["child_run_id"]
+    assert status["nodes"]["sub"]["child_status"] == "completed"
+    assert status["nodes"]["sub"]["output"]["tail"]["child_tail"] == 5
+    assert status["nodes"]["after"]["output"]["after"] == 5
+    assert queue_workflows.run_status(child)["parent_run_id"] == run_id
+    assert executions(database_url) == Counter({"a": 1, "child_slow": 1, "child_tail": 1, "after": 1})
+    assert query(database_url, "SELECT count(*) AS n FROM workflow_dispatch_events WHERE processed_at IS NULL") == [{"n": 0}]

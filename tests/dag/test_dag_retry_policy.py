@@ -117,7 +117,7 @@ def test_a_bad_policy_is_refused_naming_the_node_and_the_key_and_writes_nothing(
 
 
 def test_an_input_step_takes_no_policy(database_url):
-    with pytest.raises(WorkflowValidationError, match="node 'ask': an input step runs nothing: it takes no timeout, retry_on"):
+    with pytest.raises(WorkflowValidationError, match="node 'ask': a node of kind 'input' runs no code of its own: it takes no timeout, retry_on"):
         queue_workflows.start_run(Workflow("w").node("ask", input=True, timeout=3, retry_on=["ValueError"]), {})
 
 

@@ -8,8 +8,9 @@
 Modules: `definition` (builder and data form), `validate`, `refs`, `dispatcher` (pure DAG walk),
 `hooks` (host-injected resolvers), `store` (start_run/run_status/apply a dispatch step),
 `execute` (worker-side invoke), `outbox` (the orchestrator's drain), `control` (cancel, restart,
-reconcile), `inputs` (input steps), `audit` (who cancelled, restarted or answered a run) and
-`keeper` (the orchestrator's input listener and reconcile sweep).
+reconcile), `inputs` (input steps), `audit` (who cancelled, restarted or answered a run),
+`child` (child workflows: a node that starts a run of its own) and `keeper` (the orchestrator's
+input listener and reconcile sweep).
 """
 
 from __future__ import annotations

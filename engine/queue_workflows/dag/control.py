@@ -4,13 +4,15 @@
   awaiting_input) are cancelled in the same transaction, so no worker can claim them. A running
   node is told through the cooperative flag (`cancelled()` / `run_cancelled(run_id)`) and left
   to finish; its result is kept on its row but ignored (the run stays cancelled). `hard=True`
-  also cancels running nodes: the status change revokes the job and its worker exits 77.
+  also cancels running nodes: the status change revokes the job and its worker exits 77. Child
+  runs below are cancelled with it (migration 0039's cascade; `hard` reaches their running nodes).
   Migration 0014's guard trigger turns any later (re)queue of a node of a cancelled (or failed)
   run - a retry, a reclaim, a hand-back - into 'cancelled', so nothing of it is claimed again.
 - `restart_run(run_id)`: a failed or cancelled run goes back to running; its failed and
   cancelled nodes are reset in place (fresh attempts, input steps back to awaiting_input), its
   completed outputs and skipped markers are kept, and the dispatcher enqueues the never-run
-  nodes that are ready. The unique (run_id, node_name) makes a duplicate node impossible.
+  nodes that are ready. The unique (run_id, node_name) makes a duplicate node impossible. A
+  failed or cancelled child run is restarted in place, the same way, with its parent.
 - `reconcile_runs(conn)`: the orchestrator's sweep for a running run with no live node and no
   pending outbox event (a crash in an odd place, an event deleted by hand): the pure dispatcher
   re-derives its next step from the node states, or finishes/fails it. A run whose step keeps
@@ -38,6 +40,7 @@ from queue_workflows.errors import QueueWorkflowsError
 from queue_workflows.payloads import check_id, check_note, clean_text
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
+_CHILD = sqlfile.load("queue_workflows.dag", "child.sql")
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,8 @@ def write_cursor(conn: db.Conn | None) -> Iterator[Any]:
 
 def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, requested_by: str | None = None,
                conn: db.Conn | None = None) -> dict[str, Any]:
-    """Cancel a running run. Returns {'run_id', 'cancelled': [node names], 'running': [node names left to finish]}.
+    """Cancel a running run. Returns {'run_id', 'cancelled': [node names], 'running': [node names left to finish]},
+    and 'child_runs': [ids] when it reached live child runs below (cancelled by migration 0039's cascade).
 
     With `conn`, it joins the caller's transaction. RunStateError when the run does not exist
     or has already ended (completed, failed or cancelled). `requested_by` goes in the run's
@@ -81,15 +85,21 @@ def cancel_run(run_id: int, *, reason: str | None = None, hard: bool = False, re
         run = _locked_run(cur, run_id)
         if run["status"] in store.TERMINAL_RUN:
             raise RunStateError(f"run {run_id} is {run['status']}: only a running run can be cancelled")
+        below = cur.execute(_CHILD["child_lock_descendants"], {"run_id": run_id}).fetchall()  # before any row changes
         cur.execute(_DAG["dag_cancel_run"], {"run_id": run_id, "reason": note})
         audit.record(cur, run_id, "cancel", requested_by=requested_by, detail=("hard: " if hard else "") + (reason or ""))
+        # A waiting child node's cancel cancels its child run, and so on down (migration 0039's trigger).
         done = cur.execute(_DAG["dag_cancel_open_nodes"], {"run_id": run_id, "reason": note, "hard": bool(hard)}).fetchall()
+        if hard and below:
+            cur.execute(_CHILD["child_hard_cancel_running"], {"run_id": run_id, "reason": f"{note} (its parent run {run_id})"})
         running = cur.execute(_DAG["dag_running_nodes"], {"run_id": run_id}).fetchall()
-    return {"run_id": run_id, "cancelled": [r["node_name"] for r in done], "running": [r["node_name"] for r in running]}
+    result = {"run_id": run_id, "cancelled": [r["node_name"] for r in done], "running": [r["node_name"] for r in running]}
+    return {**result, "child_runs": [r["id"] for r in below]} if below else result  # the same shape as before child runs
 
 
 def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn | None = None) -> dict[str, Any]:
-    """Put a failed or cancelled run back to running. Returns {'run_id', 'reset': [names], 'enqueued': [names]}.
+    """Put a failed or cancelled run back to running. Returns {'run_id', 'reset': [names], 'enqueued': [names]},
+    and 'child_runs': [ids] when child runs were restarted in place or started.
 
     Only failed/cancelled nodes are reset (fresh attempts) and never-run ready nodes enqueued;
     completed and skipped nodes keep their rows and outputs. Input answers not applied yet are
@@ -98,19 +108,33 @@ def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn |
     """
     audit.check_requested_by(requested_by)
     with write_cursor(conn) as cur:
-        run = _locked_run(cur, run_id)
-        if run["status"] not in ("failed", "cancelled"):
-            raise RunStateError(f"run {run_id} is {run['status']}: only a failed or cancelled run can be restarted")
-        wf = Workflow.from_dict(run["definition"])
-        cur.execute(_DAG["dag_restart_run"], {"run_id": run_id})  # first: the cancelled-run guard must not fire
-        stale = cur.execute(_DAG["dag_reject_stale_submissions"],
-                            {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
-        input_steps = [n.id for n in wf.nodes if n.is_input]
-        reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps}).fetchall()
-        step = store.advance_run(cur.connection, run_id)
-        detail = f"was {run['status']}" + (f"; {len(stale)} unapplied input answer(s) rejected" if stale else "")
-        audit.record(cur, run_id, "restart", requested_by=requested_by, detail=detail)
-    return {"run_id": run_id, "reset": [r["node_name"] for r in reset], "enqueued": list(step.enqueue) if step else []}
+        return _restart(cur, run_id, requested_by, "")
+
+
+def _restart(cur: Any, run_id: int, requested_by: str | None, why: str) -> dict[str, Any]:
+    run = _locked_run(cur, run_id)
+    if run["status"] not in ("failed", "cancelled"):
+        raise RunStateError(f"run {run_id} is {run['status']}: only a failed or cancelled run can be restarted")
+    wf = Workflow.from_dict(run["definition"])
+    cur.execute(_DAG["dag_restart_run"], {"run_id": run_id})  # first: the cancelled-run guard must not fire
+    stale = cur.execute(_DAG["dag_reject_stale_submissions"],
+                        {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
+    input_steps = [n.id for n in wf.nodes if n.is_input]
+    child_nodes = [n.id for n in wf.nodes if n.is_child]
+    reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps, "held": child_nodes}).fetchall()
+    restarted, unstarted = [], []
+    for name in sorted(r["node_name"] for r in reset if r["node_name"] in child_nodes):
+        below = cur.execute(_CHILD["child_of_node"], {"run_id": run_id, "node_name": name}).fetchone()
+        if below is None:
+            unstarted.append(name)  # it failed before its child started (a limit): start one now
+        elif below["status"] in ("failed", "cancelled"):  # resumed in place: its completed nodes are kept
+            restarted.append(_restart(cur, below["id"], requested_by, f"with its parent run {run_id}; ")["run_id"])
+    started = store.start_children(cur.connection, run_id, unstarted) if unstarted else []
+    step = store.advance_run(cur.connection, run_id)
+    detail = why + f"was {run['status']}" + (f"; {len(stale)} unapplied input answer(s) rejected" if stale else "")
+    audit.record(cur, run_id, "restart", requested_by=requested_by, detail=detail)
+    result = {"run_id": run_id, "reset": [r["node_name"] for r in reset], "enqueued": list(step.enqueue) if step else []}
+    return {**result, "child_runs": restarted + started} if restarted or started else result
 
 
 _reconcile_failures: dict[int, int] = {}  # run id -> sweeps in a row whose step raised, in this process

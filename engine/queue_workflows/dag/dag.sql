@@ -14,7 +14,7 @@ SELECT * FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
 -- name: dag_lock_run_head
 -- The same lock for dispatch, without the definition and context: a wide run's definition is
 -- parsed once per process (store._parsed), and the context is read only when a reference needs it.
-SELECT id, status, priority, created_at, definition IS NOT NULL AS has_definition
+SELECT id, status, priority, depth, created_at, definition IS NOT NULL AS has_definition
   FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
 
 -- name: dag_run_definition
@@ -124,7 +124,8 @@ RETURNING *;
 -- Fresh attempts for the failed/cancelled nodes of a restarted run; completed outputs and
 -- skipped markers are not touched, and the row (its id, its event log) is reused, never duplicated.
 UPDATE workflow_node_jobs
-   SET status = CASE WHEN node_name = ANY(%(input_steps)s::text[]) THEN 'awaiting_input' ELSE 'queued' END,
+   SET status = CASE WHEN node_name = ANY(%(input_steps)s::text[]) THEN 'awaiting_input'
+                     WHEN node_name = ANY(%(held)s::text[]) THEN 'waiting' ELSE 'queued' END,
        attempts = 0, watchdog_trips = 0, run_after = now(), claimed_by = NULL, claim_lock_key = NULL,
        lease_expires_at = NULL, started_at = NULL, finished_at = NULL, error = NULL, context_delta = NULL,
        updated_at = now()

@@ -41,8 +41,11 @@ def check_workflow_name(name: object) -> str:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
 POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node's own timeout and retry policy (common/retry_policy.py)
-NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind", *POLICY_KEYS})
-KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
+NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
+                       "workflow", *POLICY_KEYS})
+# An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
+# starts a child run of `workflow` (a name for the provider, or a definition) and waits for it (dag/child.py).
+KINDS = ("task", "input", "workflow")
 
 
 def callable_spec(call: Any) -> Any:
@@ -76,10 +79,19 @@ class Node:
     retry_backoff: Any = None
     retry_on: Any = None
     no_retry_on: Any = None
+    workflow: Any = None  # a "workflow" node's child: a name or a definition
 
     @property
     def is_input(self) -> bool:
         return self.kind == "input"
+
+    @property
+    def is_child(self) -> bool:
+        return self.kind == "workflow"
+
+    @property
+    def runs_code(self) -> bool:
+        return self.kind not in ("input", "workflow")
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -93,6 +105,8 @@ class Node:
         if self.kind != "task":
             data["kind"] = self.kind
         data.update((key, getattr(self, key)) for key in POLICY_KEYS if getattr(self, key) is not None)
+        if self.workflow is not None:
+            data["workflow"] = self.workflow
         return data
 
 
@@ -133,6 +147,23 @@ class Workflow:
         )
         return self
 
+    def child(
+        self,
+        id: str,  # noqa: A002 - the public keyword, as workflow files name it
+        workflow: str | Workflow | Mapping[str, Any],
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        deps: Iterable[str] = (),
+        skip_if: Any = None,
+    ) -> Workflow:
+        """Add a child-workflow node: it starts a run of `workflow` (a provider's name, or a definition)
+        with its resolved `inputs` as context, and completes with that run's output (dag/child.py)."""
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        child = workflow.to_dict() if isinstance(workflow, Workflow) else workflow
+        self.nodes.append(Node(id, None, deps=deps_tuple, inputs=dict(inputs or {}), skip_if=skip_if, max_attempts=1,
+                               kind="workflow", workflow=child))
+        return self
+
     def by_id(self) -> dict[str, Node]:
         return {n.id: n for n in self.nodes}
 
@@ -171,6 +202,7 @@ class Workflow:
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
                     **{key: raw.get(key) for key in POLICY_KEYS},
+                    workflow=raw.get("workflow"),
                 )
             )
         return cls(name, nodes)

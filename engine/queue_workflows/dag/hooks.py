@@ -77,6 +77,14 @@ def load_workflow(name: str) -> Any:
     raise LookupError(f"no workflow named {name!r}: call set_workflow_provider(load_workflow) first")
 
 
+def load_definition(name: str) -> Any:
+    """The provider's definition of `name`; a pipeline schema (just the nodes) is given the name."""
+    workflow = load_workflow(name)
+    if isinstance(workflow, Mapping) and "name" not in workflow:
+        workflow = {"name": name, **workflow}
+    return workflow
+
+
 def node_module_package() -> str | None:
     return _node_module_package or getattr(config.current().settings, "node_module_package", None)
 
@@ -97,7 +105,7 @@ def check_allowed(call: str) -> None:
 def check_allowed_calls(wf: Any) -> None:
     """WorkflowValidationError for the first node whose call `check_allowed` refuses."""
     for node in wf.nodes:
-        if node.is_input:
+        if not node.runs_code:
             continue
         try:
             check_allowed(node.call)

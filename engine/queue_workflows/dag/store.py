@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.dag import dispatcher, hooks, refs
+from queue_workflows.dag import child, dispatcher, hooks, refs
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.dag.validate import node_policy, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
@@ -25,6 +25,7 @@ from queue_workflows.jobrow import JobStatus
 from queue_workflows.payloads import check_id, json_object
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
+_CHILD = sqlfile.load("queue_workflows.dag", "child.sql")
 
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
 
@@ -43,9 +44,7 @@ def start_run(
     Nothing is written when validation fails. Returns the run id.
     """
     if isinstance(workflow, str):
-        name, workflow = workflow, hooks.load_workflow(workflow)
-        if isinstance(workflow, Mapping) and "name" not in workflow:  # a pipeline schema: just the nodes
-            workflow = {"name": name, **workflow}
+        workflow = hooks.load_definition(workflow)
     wf = validate(workflow, check_callables=check_callables)  # type: ignore[arg-type]
     if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
         raise InvalidPayloadError(f"priority must be a 32-bit integer, not {priority!r}")
@@ -76,9 +75,15 @@ def advance_run(conn: db.Conn, run_id: int, completed: Sequence[str] | None = No
 
     With `completed` (the nodes whose completion is being dispatched) only their dependants' rows
     are read; without it (a failure, a cancel, a start, a restart, a reconcile) the whole run is.
+    Child runs the step starts are advanced in the same transaction, from a work list rather than
+    by recursion, so a deep chain of children starts without a deep stack.
     """
     with conn.cursor(row_factory=dict_row) as cur:
-        return _advance(cur, run_id, completed)
+        started: list[int] = []
+        step = _advance(cur, run_id, completed, started)
+        while started:
+            _advance(cur, started.pop(), None, started)
+        return step
 
 
 _PARSED: OrderedDict[tuple[int, Any], Parsed] = OrderedDict()
@@ -111,7 +116,23 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
     return hit
 
 
-def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
+def start_children(conn: db.Conn, run_id: int, names: Sequence[str]) -> list[int]:
+    """Start the child runs of these `waiting` nodes (a restart's reset child nodes that never had one), then advance them."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_DAG["dag_lock_run_head"], {"run_id": run_id}).fetchone()
+        if run is None:
+            raise LookupError(f"no workflow run {run_id}")
+        wf = _parsed(cur, run).wf
+        rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
+        scope = scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None])
+        started = [c for name in names if (c := child.start(cur, run, wf.by_id()[name], scope)) is not None]
+        pending = list(started)
+        while pending:
+            _advance(cur, pending.pop(), None, pending)
+    return started
+
+
+def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: list[int]) -> dispatcher.Step | None:
     run = cur.execute(_DAG["dag_lock_run_head"], {"run_id": run_id}).fetchone()
     if run is None or not run["has_definition"] or run["status"] in TERMINAL_RUN:
         return None
@@ -143,17 +164,20 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
             done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id}).fetchone()["n"]
             if done + len(step.skip) == len(wf.nodes):
                 step.run_status = "completed"
-    _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope())
+    _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope(), started)
     return step
 
 
-def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope_of: Callable[[str], refs.Scope]) -> None:
+def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope_of: Callable[[str], refs.Scope],
+           started: list[int]) -> None:
     nodes = wf.by_id()
     params = []
     for node_id, status in [(n, JobStatus.QUEUED) for n in step.enqueue] + [(n, JobStatus.SKIPPED) for n in step.skip]:
         node = nodes[node_id]
         if status == JobStatus.QUEUED and node.is_input:
             status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
+        elif status == JobStatus.QUEUED and node.is_child:
+            status = JobStatus.WAITING  # the orchestrator holds it until its child run ends (dag/child.py)
         inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != JobStatus.SKIPPED else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
@@ -163,7 +187,11 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)
+    for node_id in step.enqueue:
+        if nodes[node_id].is_child and (child_id := child.start(cur, run, nodes[node_id], scope_of(node_id))) is not None:
+            started.append(child_id)
     if step.cancel:
+        cur.execute(_CHILD["child_lock_descendants"], {"run_id": run["id"]})  # before the cascade: see the query
         reason = f"cancelled: run {run['id']} failed ({step.error})"
         cur.execute(_DAG["dag_cancel_nodes"], {"run_id": run["id"], "names": step.cancel, "reason": reason})
     if step.run_status:
@@ -184,6 +212,7 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
         rows = cur.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
+        children = {r["parent_node"]: r for r in cur.execute(_CHILD["child_runs_of"], {"run_id": run_id}).fetchall()}
     by_name = {r["node_name"]: r for r in rows}
     names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
     nodes = {}
@@ -197,8 +226,11 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
             "job_id": row["id"] if row else None,
             "queue": row["queue"] if row else None,
         }
+        if name in children:  # a child workflow node: the run it started
+            nodes[name].update(child_run_id=children[name]["id"], child_status=children[name]["status"])
     wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
-    info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at")}
+    info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at",
+                                "parent_run_id", "parent_node", "depth")}
     info["context"] = scope_for(run, wf, rows).merged()
     info["nodes"] = nodes
     return info

@@ -11,7 +11,7 @@ from queue_workflows import config
 from queue_workflows.common import retry_policy
 from queue_workflows.dag import refs
 from queue_workflows.dag.definition import KINDS, POLICY_KEYS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
-from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
+from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, load_definition, resolve_callable
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.payloads import check_json_tree, shown
 
@@ -20,8 +20,12 @@ QUEUES = ("cpu", "gpu")
 RESERVED_IDS = frozenset({refs.CONTEXT})  # a `$from` path's first segment: a node by this name would be unreachable
 
 
-def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True) -> Workflow:
-    """The workflow, checked: ids, queues/models, deps, cycles, references, callables (importable)."""
+def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = True, check_children: bool = True,
+             _seen: frozenset[str] = frozenset()) -> Workflow:
+    """The workflow, checked: ids, queues/models, deps, cycles, references, callables (importable), child workflows.
+
+    `check_children=False` leaves the child workflows' own definitions unread (each is checked when its run starts).
+    """
     wf = as_workflow(workflow)
     check_workflow_name(wf.name)
     name = wf.name
@@ -49,7 +53,7 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
     if check_callables:
 
         for node in wf.nodes:
-            if node.is_input:
+            if not node.runs_code:
                 continue
             try:
                 resolve_callable(node.call)
@@ -59,7 +63,29 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
                 raise WorkflowValidationError(
                     f"workflow {name!r}: node {node.id!r}: unresolvable callable {node.call!r}: {type(exc).__name__}: {exc}"
                 ) from None
+    if check_children:
+        _check_children(wf, check_callables, _seen | {name})
     return wf
+
+
+def _check_children(wf: Workflow, check_callables: bool, seen: frozenset[str]) -> None:
+    """Each child workflow validated like its parent; a name already on the path is not loaded again,
+    so a workflow may start itself (QW_MAX_WORKFLOW_DEPTH stops it at run time)."""
+    for node in wf.nodes:
+        if not node.is_child or (isinstance(node.workflow, str) and node.workflow in seen):
+            continue
+        where = f"workflow {wf.name!r}: node {node.id!r}"
+        if isinstance(node.workflow, str):
+            try:
+                definition = load_definition(node.workflow)
+            except Exception as exc:  # noqa: BLE001 - the provider is host code
+                raise WorkflowValidationError(f"{where}: child workflow {node.workflow!r} cannot be loaded: {exc}") from None
+        else:
+            definition = node.workflow
+        try:
+            validate(definition, check_callables=check_callables, _seen=seen)
+        except WorkflowValidationError as exc:
+            raise WorkflowValidationError(f"{where}: child workflow: {exc}") from None
 
 
 def _check_node(name: str, node: Node) -> None:
@@ -69,7 +95,11 @@ def _check_node(name: str, node: Node) -> None:
     if node.id in RESERVED_IDS:
         raise WorkflowValidationError(f"{where}: the id {node.id!r} is reserved: {{'$from': '{node.id}.x'}} reads the run's context")
     if node.kind not in KINDS:
-        raise WorkflowValidationError(f"{where}: kind must be 'task' or 'input', not {node.kind!r}")
+        raise WorkflowValidationError(f"{where}: kind must be one of {', '.join(map(repr, KINDS))}, not {node.kind!r}")
+    if node.is_child:
+        _check_child_node(where, node)
+    elif node.workflow is not None:
+        raise WorkflowValidationError(f"{where}: only a node of kind 'workflow' takes 'workflow'")
     if node.is_input:
         if node.call is not None:
             raise WorkflowValidationError(f"{where}: an input step runs nothing: give it no 'call' (got {node.call!r})")
@@ -77,7 +107,7 @@ def _check_node(name: str, node: Node) -> None:
             raise WorkflowValidationError(f"{where}: an input step takes no queue or model (it is answered by submit_input)")
     elif isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
         raise WorkflowValidationError(f"{where}: unresolvable callable {node.call!r} (a nested function or lambda cannot be imported)")
-    if not node.is_input and (not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call)):
+    if node.runs_code and (not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call)):
         raise WorkflowValidationError(f"{where}: 'call' must be 'pkg.module' or 'pkg.module:function', not {node.call!r}")
     if node.queue not in QUEUES:
         raise WorkflowValidationError(f"{where}: queue must be 'cpu' or 'gpu', not {node.queue!r}")
@@ -103,8 +133,8 @@ def _check_node(name: str, node: Node) -> None:
 def node_policy(where: str, node: Node) -> dict[str, Any] | None:
     """The node's timeout and retry policy as its row stores it; refused naming the node and the key."""
     given = [key for key in POLICY_KEYS if getattr(node, key) is not None]
-    if given and node.is_input:
-        raise WorkflowValidationError(f"{where}: an input step runs nothing: it takes no {', '.join(given)}")
+    if given and not node.runs_code:
+        raise WorkflowValidationError(f"{where}: a node of kind {node.kind!r} runs no code of its own: it takes no {', '.join(given)}")
     if node.timeout is not None and node.budget_seconds is not None:
         raise WorkflowValidationError(f"{where}: give timeout (a failed attempt, retried by its policy) or budget_seconds "
                                       "(the watchdog's uncharged requeue), not both")
@@ -112,6 +142,20 @@ def node_policy(where: str, node: Node) -> dict[str, Any] | None:
         return retry_policy.build(**{key: getattr(node, key) for key in POLICY_KEYS})
     except retry_policy.PolicyError as exc:
         raise WorkflowValidationError(f"{where}: {exc}") from None
+
+
+def _check_child_node(where: str, node: Node) -> None:
+    if node.call is not None:
+        raise WorkflowValidationError(f"{where}: a child workflow node runs no code of its own: give it no 'call' (got {node.call!r})")
+    if node.queue != "cpu" or node.model is not None:
+        raise WorkflowValidationError(f"{where}: a child workflow node takes no queue or model (its child's nodes say theirs)")
+    if isinstance(node.workflow, str):
+        try:
+            check_workflow_name(node.workflow)
+        except WorkflowValidationError as exc:
+            raise WorkflowValidationError(f"{where}: 'workflow' {exc.args[0].removeprefix('workflow: ')}") from None
+    elif not isinstance(node.workflow, Mapping):
+        raise WorkflowValidationError(f"{where}: 'workflow' must be a workflow name or a definition, not {shown(node.workflow)}")
 
 
 def _check_refs(name: str, node: Node) -> None:

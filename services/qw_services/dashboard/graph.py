@@ -98,7 +98,8 @@ def layout(nodes: list[dict[str, Any]]) -> Layout:
         title = f"{n['id']} ({n.get('kind', 'task')}, {n.get('queue') or '?'})"
         if job.get("error"):
             title += f"\nerror: {job['error']}"
-        out.boxes.append(Box(n["id"], n["status"], x, y, n["id"], detail, title, f"/jobs/node:{job['id']}" if job else None))
+        href = f"/runs/{n['child_run_id']}" if n.get("child_run_id") else f"/jobs/node:{job['id']}" if job else None
+        out.boxes.append(Box(n["id"], n["status"], x, y, n["id"], detail, title, href))
         for dep in n["deps"]:
             if dep in pos:
                 px, py = pos[dep]

@@ -71,9 +71,14 @@ def run_context(run_id: int) -> dict[str, Any] | None:
     if run is None:
         return None
     status = run_status(run_id)
+    for node in run["nodes"]:  # a child workflow node links to the run it started
+        started = status["nodes"].get(node["id"], {})
+        if started.get("child_run_id") is not None:
+            node.update(child_run_id=started["child_run_id"], child_status=started["child_status"])
+    parent = {"id": status["parent_run_id"], "node": status["parent_node"]} if status.get("parent_run_id") is not None else None
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
     return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
-            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id)}
+            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id), "parent": parent}
 
 
 def runs_context(status: str | None) -> dict[str, Any]:
