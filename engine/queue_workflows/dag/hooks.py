@@ -24,6 +24,7 @@ from typing import Any
 from queue_workflows import callables, config
 from queue_workflows.dag import refs
 from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows.errors import QueueWorkflowsError
 
 WorkflowLoader = Callable[[str], Any]
 NodeResolver = Callable[[str], Any]
@@ -38,8 +39,8 @@ _invoke_context: InvokeContext | None = None
 _ref_resolver: RefResolver | None = None
 
 
-class UnresolvableCallableError(LookupError):
-    pass
+class UnresolvableCallableError(QueueWorkflowsError, LookupError):
+    """A node's callable cannot be imported or names nothing callable."""
 
 
 def set_workflow_provider(load_workflow: WorkflowLoader | None, pipeline_schema: WorkflowLoader | None = None) -> None:
