@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0035 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0036 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -428,6 +428,8 @@ CREATE TABLE public.workflow_runs (
     definition jsonb,
     priority integer DEFAULT 0 NOT NULL,
     poisoned_at timestamp with time zone,
+    reconcile_attempts integer DEFAULT 0 NOT NULL,
+    reconcile_next_at timestamp with time zone,
     CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
 );
 

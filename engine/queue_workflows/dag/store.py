@@ -19,11 +19,11 @@ from psycopg.types.json import Jsonb
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import dispatcher, hooks, refs
-from queue_workflows.dag.definition import Workflow
+from queue_workflows.dag.definition import Workflow, WorkflowValidationError
 from queue_workflows.dag.validate import check_start_refs, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.jobrow import JobStatus
-from queue_workflows.payloads import check_id, json_object
+from queue_workflows.payloads import check_id, clean_text, json_object
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 
@@ -83,6 +83,25 @@ def all_or_nothing(c: db.Conn) -> Iterator[None]:
             c.execute("RELEASE SAVEPOINT qw_start_run")
         raise
     c.execute("RELEASE SAVEPOINT qw_start_run")
+
+
+def start_queued_run(conn: db.Conn, run_id: int) -> dispatcher.Step | None:
+    """Start a run inserted as 'queued' by plain SQL, as `start_run` would: its definition and root
+    references checked (by name only: the orchestrator need not have the nodes' code), then running
+    with its roots enqueued; an invalid one is failed with the validation error. None: not queued."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_DAG["dag_lock_run"], {"run_id": run_id}).fetchone()
+        if run is None or run["status"] != "queued" or run["definition"] is None:
+            return None
+        try:
+            wf = validate(run["definition"], check_callables=False)
+            check_start_refs(wf, run["context"] or {})
+        except WorkflowValidationError as exc:
+            error = clean_text(f"invalid definition: {exc}")[:2000]
+            cur.execute(_DAG["dag_finish_run"], {"run_id": run_id, "status": "failed", "error": error})
+            return dispatcher.Step(run_status="failed", error=error)
+        cur.execute(_DAG["dag_start_queued_run"], {"run_id": run_id})
+        return advance_run(conn, run_id)
 
 
 def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) -> refs.Scope:
