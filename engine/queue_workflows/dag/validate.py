@@ -41,11 +41,12 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
     cycle = find_cycle(wf)
     if cycle:
         raise WorkflowValidationError(f"workflow {name!r}: cycle: {' -> '.join(cycle)}")
+    graph = {n.id: n.deps for n in wf.nodes}
     for node in wf.nodes:
         _check_refs(name, node)
         for key, expr in node.inputs.items():
-            check_upstream_refs(wf, node, expr, f"input {key!r}")
-        check_upstream_refs(wf, node, node.skip_if, "skip_if")
+            check_upstream_refs(wf, node, expr, f"input {key!r}", graph=graph)
+        check_upstream_refs(wf, node, node.skip_if, "skip_if", graph=graph)
 
     check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:
@@ -116,36 +117,37 @@ def _check_refs(name: str, node: Node) -> None:
         raise WorkflowValidationError(str(exc)) from None
 
 
-def check_upstream_refs(wf: Workflow, node: Node, expr: Any, where: str) -> None:
+def check_upstream_refs(wf: Workflow, node: Node, expr: Any, where: str, *, graph: Mapping[str, Any] | None = None) -> None:
     """Refuse a `$from` in `expr` (node `node`'s key `where`) whose first segment names a node that is not upstream of it.
 
     Only an upstream node's output is certain to exist when `node` runs; any other would resolve
-    or not depending on timing. Call it after deps are known to be acyclic.
+    or not depending on timing. Call it once deps are known to be acyclic; `graph` (node id ->
+    deps) saves rebuilding it per call.
     """
-    ids = None
     for path in refs.from_paths(expr):
         head = path.split(".", 1)[0]
         if head in node.deps:
             continue
-        ids = ids if ids is not None else {n.id for n in wf.nodes}
-        if head in ids and head not in upstream_of(wf, node):
+        graph = graph if graph is not None else {n.id: n.deps for n in wf.nodes}
+        if head in graph and not _is_upstream(graph, head, node):
             raise WorkflowValidationError(
                 f"workflow {wf.name!r}: node {node.id!r} {where}: $from {path!r} names node {head!r}, "
                 f"which is not upstream of {node.id!r} (add it to deps)"
             )
 
 
-def upstream_of(wf: Workflow, node: Node) -> set[str]:
-    """Every node `node` depends on, directly or through others."""
-    deps = {n.id: n.deps for n in wf.nodes}
+def _is_upstream(graph: Mapping[str, Any], target: str, node: Node) -> bool:
+    """Whether `target` is a dependency of `node`, directly or through others (a walk up its deps, stopping at `target`)."""
     seen: set[str] = set()
     stack = list(node.deps)
     while stack:
         current = stack.pop()
+        if current == target:
+            return True
         if current not in seen:
             seen.add(current)
-            stack.extend(deps.get(current, ()))
-    return seen
+            stack.extend(graph.get(current, ()))
+    return False
 
 
 def check_start_refs(wf: Workflow, context: Mapping[str, Any]) -> None:
