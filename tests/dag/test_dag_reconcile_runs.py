@@ -12,7 +12,7 @@ from dag_rows import rows, run_row, states
 from procs import Procs, log_text, query, service_env, wait_for_log, wait_until
 
 from queue_workflows import db
-from queue_workflows.dag import reconcile_runs
+from queue_workflows.dag import cancel_run, reconcile_runs, restart_run
 
 N = "qw_dag_nodes"
 CYCLIC = {"name": "cyc", "nodes": [{"id": "a", "call": f"{N}:echo", "deps": ["b"]}, {"id": "b", "call": f"{N}:echo", "deps": ["a"]}]}
@@ -82,6 +82,17 @@ def test_a_run_advanced_after_a_failure_starts_its_count_afresh(database_url, co
     retry_due(database_url)
     assert reconcile_runs(conn, max_attempts=3) == [run_id]
     assert states(database_url, run_id) == {"a": "queued"}
+    assert backoff(database_url, run_id) == (0, None, False)
+
+
+def test_restart_of_a_poisoned_run_starts_its_count_afresh(database_url, conn):
+    run_id = insert_run(database_url, CYCLIC)
+    reconcile_runs(conn, max_attempts=1)
+    assert backoff(database_url, run_id)[::2] == (1, True)
+    fixed = {"name": "cyc", "nodes": [{"id": "a", "call": f"{N}:echo"}]}
+    query(database_url, "UPDATE workflow_runs SET definition = %s WHERE id = %s", (json.dumps(fixed), run_id))
+    cancel_run(run_id)
+    assert restart_run(run_id)["enqueued"] == ["a"]
     assert backoff(database_url, run_id) == (0, None, False)
 
 
