@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, NamedTuple
 
 import psycopg
@@ -60,7 +60,8 @@ def start_run(
         "priority": priority,
     }
     check_start_refs(wf, dict(context or {}))
-    with db.transaction(conn) as c, all_or_nothing(c), c.cursor(row_factory=dict_row) as cur:
+    with db.transaction(conn) as c, all_or_nothing(c) if conn is not None else nullcontext(), c.cursor(row_factory=dict_row) as cur:
+        # a pooled connection of our own commits on exit and rolls back on any error: no savepoint needed
         run_id: int = cur.execute(_DAG["dag_insert_run"], params).fetchone()["id"]  # type: ignore[index]
         advance_run(c, run_id)
     return run_id
