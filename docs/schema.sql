@@ -492,6 +492,8 @@ CREATE TABLE public.workflow_runs (
     definition jsonb,
     priority integer DEFAULT 0 NOT NULL,
     poisoned_at timestamp with time zone,
+    reconcile_attempts integer DEFAULT 0 NOT NULL,
+    reconcile_next_at timestamp with time zone,
     parent_run_id bigint,
     parent_node text,
     depth integer DEFAULT 0 NOT NULL,

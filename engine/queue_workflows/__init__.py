@@ -18,7 +18,14 @@ from queue_workflows import claim_worker, db, node_queue, worker_control
 from queue_workflows.callables import CallableNotAllowedError, register_node_callable
 from queue_workflows.config import EngineConfig, configure, current
 from queue_workflows.control.throttle import MemoryReadings, set_memory_probe
-from queue_workflows.dag import Workflow, set_invoke_context, set_node_module_package, set_node_resolver, set_workflow_provider
+from queue_workflows.dag import (
+    Workflow,
+    set_invoke_context,
+    set_node_module_package,
+    set_node_resolver,
+    set_ref_resolver,
+    set_workflow_provider,
+)
 from queue_workflows.dag.audit import run_actions
 from queue_workflows.dag.control import cancel_run, restart_run
 from queue_workflows.dag.definition import WorkflowValidationError
@@ -57,6 +64,7 @@ __all__ = [
     "set_invoke_context",
     "set_node_module_package",
     "set_node_resolver",
+    "set_ref_resolver",
     "set_workflow_provider",
     "start_run",
     "ConfigError",

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import callables, config, db, jobstore, tasks
 from queue_workflows.common import retry_policy, sqlfile
+from queue_workflows.dag import hooks
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
@@ -191,6 +192,7 @@ def enqueue_node_job(
     required_model: str | None = None,
     max_attempts: int | None = None,
     retry_policy: Mapping[str, Any] | None = None,
+    check_callable: bool = True,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
@@ -198,6 +200,9 @@ def enqueue_node_job(
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
     packages, or a registered callable (callables.py); any other is refused before the write.
     `retry_policy` takes a DAG node's keys (`timeout`, `retry_backoff`, `retry_on`, `no_retry_on`).
+    It is resolved (imported) here too, as `start_run` does, so a typo fails the enqueue, not
+    every attempt: `UnresolvableCallableError`, nothing written. `check_callable=False` checks the
+    name only, for an enqueuer that does not have the workers' code.
     """
     check_node_queue(queue)
     for label, value in (("node_name", node_name), ("node_module", node_module), ("required_model", required_model)):
@@ -218,7 +223,9 @@ def enqueue_node_job(
         "max_attempts": _check_max_attempts(max_attempts),
         "retry_policy": _checked_policy(retry_policy),
     }
-    callables.check_plain_node(node_module or node_name)  # by name: the enqueuer need not have the code
+    callables.check_plain_node(node_module or node_name)  # by name, importing nothing
+    if check_callable:
+        _check_resolvable(node_module or node_name)
     row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_node_job"), params))
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
@@ -231,6 +238,17 @@ def _checked_policy(policy: Any) -> Jsonb | None:
     except retry_policy.PolicyError as exc:
         raise InvalidPayloadError(str(exc)) from None
     return Jsonb(checked) if checked is not None else None
+
+
+def _check_resolvable(call: str) -> None:
+    try:
+        hooks.resolve_callable(call)
+    except callables.CallableNotAllowedError:
+        raise
+    except hooks.UnresolvableCallableError as exc:
+        raise hooks.UnresolvableCallableError(f"node_module {call!r}: {exc} (check_callable=False skips this for code only the workers have)") from None
+    except Exception as exc:  # noqa: BLE001 - importing host code may raise anything
+        raise hooks.UnresolvableCallableError(f"node_module {call!r} cannot be imported: {type(exc).__name__}: {exc}") from None
 
 
 def table_for(queue: object) -> JobTable:

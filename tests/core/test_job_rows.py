@@ -90,13 +90,13 @@ def _refuse(*args, **kwargs):
 
 
 def test_the_executor_runs_a_dag_node_with_the_database_unreachable(database_url, conn, monkeypatch):
-    # 'b' reads a's output without depending on it, so the worker resolves it from the run when b runs.
-    wf = Workflow("offline").node("a", f"{N}:echo", inputs={"v": 1}).node("gate", f"{N}:echo").node(
-        "b", f"{N}:echo", deps=["gate"], inputs={"seen": {"$from": "a.echo.v"}})
+    # 'b' reads the merged key 'value' that only 'a' (not a dependency) gives, so the worker resolves it from the run when b runs.
+    wf = Workflow("offline").node("a", f"{N}:run", inputs={"value": 1}).node("gate", f"{N}:echo").node(
+        "b", f"{N}:echo", deps=["gate"], inputs={"seen": {"$from": "value"}})
     run_id = queue_workflows.start_run(wf, {})
-    for name in ("gate", "a"):  # b is enqueued before a has run: its input stays a reference
+    for name, delta in (("gate", {"echo": {}}), ("a", {"value": 1})):  # b is enqueued before a has run: its input stays a reference
         [row] = query(database_url, "SELECT * FROM workflow_node_jobs WHERE run_id = %s AND node_name = %s", (run_id, name))
-        node_queue.mark_completed(row["id"], {"echo": {"v": 1}}, conn=conn)
+        node_queue.mark_completed(row["id"], delta, conn=conn)
         DispatchDrain().drain_once(conn)
     seen = []
 
@@ -108,7 +108,7 @@ def test_the_executor_runs_a_dag_node_with_the_database_unreachable(database_url
     queue_workflows.set_invoke_context(around)
     [row] = query(database_url, "SELECT * FROM workflow_node_jobs WHERE run_id = %s AND node_name = 'b'", (run_id,))
     job = NodeJob.from_row(row)
-    assert job.input_refs == {"seen": {"$from": "a.echo.v"}}
+    assert job.input_refs == {"seen": {"$from": "value"}}
     context = load_context(job)  # the worker's part, before the executor
     db.close_pools()
     for target, name in ((psycopg, "connect"), (psycopg.Connection, "connect"), (db, "connect"), (db, "pool")):

@@ -81,15 +81,17 @@ def test_a_run_walks_to_completion_with_refs_skips_and_outputs(database_url, con
 
 
 def test_late_reference_is_resolved_by_the_worker(database_url, conn):
-    # 'b' reads a's output without depending on it: unresolvable at enqueue, resolved when it runs.
-    wf = Workflow("late").node("a", f"{N}:echo", inputs={"v": 1}).node("gate", f"{N}:echo").node(
-        "b", f"{N}:echo", deps=["gate"], inputs={"seen": {"$from": "a.echo.v"}, "now": {"$from": "gate.echo", "default": None}})
+    # 'b' reads the key 'value' of the merged outputs, which only 'a' (not a dependency) gives:
+    # unresolvable at enqueue, resolved when it runs. Naming 'a' itself would be refused (not upstream).
+    wf = Workflow("late").node("a", f"{N}:run", inputs={"value": 1}).node("gate", f"{N}:echo").node(
+        "b", f"{N}:echo", deps=["gate"], inputs={"seen": {"$from": "value"}, "now": {"$from": "gate.echo", "default": None}})
     run_id = queue_workflows.start_run(wf, {})
     finish(database_url, conn, run_id, "gate")
     b = nodes(database_url, run_id)["b"]
-    assert b["input_refs"] == {"seen": {"$from": "a.echo.v"}} and b["inputs"] == {"now": {}}
-    failed = testing.run_node_row(b)  # 'a' has not run yet: the node fails, naming input and path
-    assert failed.status == "failed" and "input 'seen' of node 'b'" in (failed.error or "") and "'a.echo.v'" in (failed.error or "")
+    assert b["input_refs"] == {"seen": {"$from": "value"}} and b["inputs"] == {"now": {}}
+    failed = testing.run_node_row(b)  # 'a' has not run yet: the node fails, naming input and path, once
+    assert failed.status == "failed"
+    assert (failed.error or "").endswith("Unresolved: input 'seen' of node 'b': $from 'value' has no value and no default")
     finish(database_url, conn, run_id, "a")
     assert testing.run_node_row(b).result.obj == {"echo": {"seen": 1, "now": {}}}
 

@@ -97,6 +97,11 @@ def test_a_node_cannot_be_named_context(database_url, conn):
 # --- finding 14: a definition that can never be advanced ------------------------------------
 
 
+def retry_due(url: str) -> None:
+    """The time condition of the sweep's backoff, driven instead of waited for."""
+    query(url, "UPDATE workflow_runs SET reconcile_next_at = now() - interval '1 second' WHERE reconcile_next_at IS NOT NULL")
+
+
 def test_a_cyclic_definition_written_by_sql_is_poison_flagged_by_the_sweep(database_url, conn, caplog):
     cyclic = '{"name": "cyc", "nodes": [{"id": "a", "call": "qw_dag_nodes:echo", "deps": ["b"]}, {"id": "b", "call": "qw_dag_nodes:echo", "deps": ["a"]}]}'
     [bad] = query(database_url, "INSERT INTO workflow_runs (workflow_name, status, definition) VALUES ('cyc', 'running', %s) RETURNING id", (cyclic,))
@@ -104,6 +109,7 @@ def test_a_cyclic_definition_written_by_sql_is_poison_flagged_by_the_sweep(datab
     caplog.set_level(logging.WARNING, logger="queue_workflows.dag.control")
     assert reconcile_runs(conn, max_attempts=2) == []
     assert run_row(database_url, run_id)["poisoned_at"] is None  # once may be bad luck
+    retry_due(database_url)
     assert reconcile_runs(conn, max_attempts=2) == []
     run = run_row(database_url, run_id)
     assert run["poisoned_at"] is not None and run["status"] == "running"
@@ -119,10 +125,11 @@ def test_the_sweep_logs_one_line_per_failure_without_a_traceback(database_url, c
     [bad] = query(database_url, "INSERT INTO workflow_runs (workflow_name, status, definition) VALUES ('cyc', 'running', %s) RETURNING id", (cyclic,))
     caplog.set_level(logging.WARNING, logger="queue_workflows.dag.control")
     reconcile_runs(conn, max_attempts=2)
+    retry_due(database_url)
     reconcile_runs(conn, max_attempts=2)
     got = [(r.levelname, r.exc_info, r.getMessage()) for r in caplog.records]
     assert [(level, exc) for level, exc, _ in got] == [("WARNING", None), ("ERROR", None)]
-    assert f"reconcile: run {bad['id']} could not be advanced (attempt 1/2): WorkflowValidationError" in got[0][2]
+    assert f"reconcile: run {bad['id']} could not be advanced (attempt 1/2, retry in 5s): WorkflowValidationError" in got[0][2]
     assert f"run {bad['id']}: reconcile POISONED after 2 attempts" in got[1][2]
     assert all("\n" not in message for _, _, message in got)
 
@@ -136,5 +143,5 @@ def test_the_orchestrator_poison_flags_a_cyclic_run_once_with_one_line_per_sweep
     wait_until(lambda: run_row(database_url, bad["id"])["poisoned_at"] is not None, timeout=20, what=f"the poison flag\n{procs.logs()}")
     log = log_text(orchestrator)
     assert "Traceback" not in log
-    assert log.count(f"reconcile: run {bad['id']} could not be advanced (attempt 1/2)") == 1
+    assert log.count(f"reconcile: run {bad['id']} could not be advanced (attempt 1/2, retry in 5s)") == 1
     assert log.count(f"run {bad['id']}: reconcile POISONED after 2 attempts") == 1

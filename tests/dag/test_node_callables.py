@@ -118,6 +118,26 @@ def test_enqueue_node_job_refuses_a_module_outside_the_allowed_packages(myapp, d
     assert not (myapp / "IMPORTED-myapp_evil").exists()
 
 
+@pytest.mark.parametrize(("module", "why"), [
+    ("myapp.no_such_module", "cannot import 'myapp.no_such_module'"),
+    ("myapp.tasks:no_such_function", "'myapp.tasks:no_such_function' names nothing callable"),
+])
+def test_enqueue_node_job_resolves_its_callable_before_writing(myapp, database_url, module, why):
+    from queue_workflows.dag.hooks import UnresolvableCallableError
+
+    with psycopg.connect(database_url) as caller:
+        kept = node_queue.enqueue_node_job("ok", "cpu", node_module="myapp.tasks", conn=caller)
+        with pytest.raises(UnresolvableCallableError) as info:
+            node_queue.enqueue_node_job("n", "cpu", node_module=module, conn=caller)
+        caller.commit()
+    assert str(info.value).startswith(f"node_module {module!r}: ") and why in str(info.value), str(info.value)
+    assert [r["id"] for r in query(database_url, "SELECT id FROM workflow_node_jobs")] == [kept["id"]]
+    # an enqueuer without the workers' code opts out; the name is still checked
+    assert node_queue.enqueue_node_job("n", "cpu", node_module=module, check_callable=False)["node_module"] == module
+    with pytest.raises(queue_workflows.CallableNotAllowedError):
+        node_queue.enqueue_node_job("n", "cpu", node_module="os", check_callable=False)
+
+
 def test_the_default_allow_list_is_the_application_package(app_dir, database_url, monkeypatch):
     monkeypatch.syspath_prepend(str(app_dir))
     monkeypatch.delenv("QW_NODE_PACKAGES")

@@ -22,10 +22,11 @@ from queue_workflows.dag.hooks import (
     set_invoke_context,
     set_node_module_package,
     set_node_resolver,
+    set_ref_resolver,
     set_workflow_provider,
 )
 from queue_workflows.dag.inputs import InputNotAwaitedError, submit_input
-from queue_workflows.dag.validate import validate
+from queue_workflows.dag.validate import check_upstream_refs, validate
 
 __all__ = [
     "InputNotAwaitedError",
@@ -43,6 +44,8 @@ __all__ = [
     "set_invoke_context",
     "set_node_module_package",
     "set_node_resolver",
+    "set_ref_resolver",
     "set_workflow_provider",
+    "check_upstream_refs",
     "validate",
 ]

@@ -68,7 +68,7 @@ def _prepare(cur: Any, run: Mapping[str, Any], node: Node, scope: refs.Scope) ->
     inputs: dict[str, Any] = {}
     for key, expr in node.inputs.items():
         try:
-            inputs[key] = refs.resolve(expr, scope)
+            inputs[key] = hooks.resolve_ref(expr, scope)
         except refs.Unresolved as exc:  # no worker resolves it later: the child's context is written now
             raise ChildStartError(f"input {key!r}: {exc}") from None
     raw = hooks.load_definition(node.workflow) if isinstance(node.workflow, str) else node.workflow

@@ -15,9 +15,11 @@
   failed or cancelled child run is restarted in place, the same way, with its parent.
 - `reconcile_runs(conn)`: the orchestrator's sweep for a running run with no live node and no
   pending outbox event (a crash in an odd place, an event deleted by hand): the pure dispatcher
-  re-derives its next step from the node states, or finishes/fails it. A run whose step keeps
-  raising (a definition written by hand with a cycle) is poison-flagged after
-  `dispatch_max_attempts` sweeps, as the outbox does, and left for an operator.
+  re-derives its next step from the node states, or finishes/fails it; and for a run inserted
+  as 'queued' by plain SQL, which it starts (or fails, naming what is invalid). A run whose step
+  keeps raising (a definition written by hand with a cycle) is retried with a backoff and
+  poison-flagged after `dispatch_max_attempts` sweeps, counted on its row, as the outbox does,
+  and left for an operator.
 """
 
 from __future__ import annotations
@@ -137,44 +139,57 @@ def _restart(cur: Any, run_id: int, requested_by: str | None, why: str) -> dict[
     return {**result, "child_runs": restarted + started} if restarted or started else result
 
 
-_reconcile_failures: dict[int, int] = {}  # run id -> sweeps in a row whose step raised, in this process
+RECONCILE_BACKOFF_BASE = 5.0  # seconds before the first retry (the sweep's own period), doubling per failure
+RECONCILE_BACKOFF_MAX = 300.0
 
 
-def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None = None) -> list[int]:
-    """Advance every stalled running run (no live node, no pending event) once; returns their ids.
+def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None = None,
+                   backoff_base: float = RECONCILE_BACKOFF_BASE, backoff_max: float = RECONCILE_BACKOFF_MAX) -> list[int]:
+    """Advance every stalled run once (running with no live node and no pending event, or queued
+    by plain SQL and never started); returns their ids.
 
     Each run is advanced in a savepoint, so one whose step raises does not stop the others (one
-    log line, no traceback: the error is deterministic more often than not); after `max_attempts`
-    (default `dispatch_max_attempts`) failed sweeps the run is poison-flagged and no longer swept.
+    log line, no traceback: the error is deterministic more often than not). Its failures are
+    counted on its row (`reconcile_attempts`, `reconcile_next_at`), so a new leader carries on
+    the count: it is retried after an exponential backoff and, after `max_attempts` (default
+    `dispatch_max_attempts`) failed sweeps, poison-flagged and no longer swept.
     Runs another process holds are skipped this time.
     """
     limit_attempts = max_attempts or config.current().settings.dispatch_max_attempts
+    backoff = {"max_attempts": limit_attempts, "backoff_base": backoff_base, "backoff_max": backoff_max}
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         for row in cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall():
             try:
                 with conn.transaction():
-                    step = store.advance_run(conn, row["id"])
+                    if row["status"] == "queued":
+                        step = store.start_queued_run(conn, row["id"])
+                    else:
+                        step = store.advance_run(conn, row["id"])
             except psycopg.OperationalError:
                 raise
             except Exception as exc:  # noqa: BLE001 - one broken run must not stall the sweep
-                _reconcile_failed(cur, row["id"], exc, limit_attempts)
+                _reconcile_failed(cur, row["id"], exc, backoff)
                 continue
-            _reconcile_failures.pop(row["id"], None)
+            if row["reconcile_attempts"]:
+                cur.execute(_DAG["dag_reconcile_done"], {"run_id": row["id"]})
             if step is not None:
-                log.warning("reconcile: run %s had no live node and no pending event; %s", row["id"], _describe(step))
+                why = "was queued and never started" if row["status"] == "queued" else "had no live node and no pending event"
+                log.warning("reconcile: run %s %s; %s", row["id"], why, _describe(step))
                 repaired.append(row["id"])
     return repaired
 
 
-def _reconcile_failed(cur: Any, run_id: int, exc: Exception, max_attempts: int) -> None:
-    attempts = _reconcile_failures[run_id] = _reconcile_failures.get(run_id, 0) + 1
+def _reconcile_failed(cur: Any, run_id: int, exc: Exception, backoff: dict[str, Any]) -> None:
     error = clean_text(f"{type(exc).__name__}: {exc}")[:2000]
-    if attempts < max_attempts:
-        log.warning("reconcile: run %s could not be advanced (attempt %d/%d): %s", run_id, attempts, max_attempts, error)
+    done = cur.execute(_DAG["dag_reconcile_failed"], {"run_id": run_id, "error": error, **backoff}).fetchone()
+    if done is None:
         return
-    cur.execute(_DAG["dag_poison_run"], {"run_id": run_id, "error": f"reconcile poisoned after {attempts} attempts: {error}"})
-    _reconcile_failures.pop(run_id, None)
+    attempts, limit = done["attempts"], backoff["max_attempts"]
+    if done["poisoned_at"] is None:
+        log.warning("reconcile: run %s could not be advanced (attempt %d/%d, retry in %.0fs): %s",
+                    run_id, attempts, limit, done["retry_in"], error)
+        return
     log.error("run %s: reconcile POISONED after %d attempts (left for an operator: cancel or fix it): %s", run_id, attempts, error)
 
 

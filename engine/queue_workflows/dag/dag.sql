@@ -116,7 +116,8 @@ RETURNING node_name, status;
 
 -- name: dag_restart_run
 UPDATE workflow_runs
-   SET status = 'running', error = NULL, finished_at = NULL, poisoned_at = NULL, updated_at = now()
+   SET status = 'running', error = NULL, finished_at = NULL, poisoned_at = NULL, updated_at = now(),
+       reconcile_attempts = 0, reconcile_next_at = NULL
  WHERE id = %(run_id)s AND status IN ('failed', 'cancelled')
 RETURNING *;
 
@@ -133,11 +134,13 @@ UPDATE workflow_node_jobs
 RETURNING node_name, status;
 
 -- name: dag_stalled_runs
--- Running runs nothing will move: no live node, no pending outbox event (both seen in one
--- snapshot, so a drain in flight keeps its run off this list). Locked, skipping busy runs.
-SELECT r.id
+-- Runs nothing will move: running ones with no live node and no pending outbox event (both seen
+-- in one snapshot, so a drain in flight keeps its run off this list), and queued ones (inserted
+-- by plain SQL, never started). Not before their retry is due; locked, skipping busy runs.
+SELECT r.id, r.status, r.reconcile_attempts
   FROM workflow_runs r
- WHERE r.status = 'running' AND r.definition IS NOT NULL AND r.poisoned_at IS NULL
+ WHERE r.status IN ('running', 'queued') AND r.definition IS NOT NULL AND r.poisoned_at IS NULL
+   AND (r.reconcile_next_at IS NULL OR r.reconcile_next_at <= now())
    AND NOT EXISTS (SELECT 1 FROM workflow_node_jobs j
                     WHERE j.run_id = r.id AND j.status IN ('scheduled', 'queued', 'running', 'awaiting_input', 'waiting'))
    AND NOT EXISTS (SELECT 1 FROM workflow_dispatch_events e
@@ -146,11 +149,25 @@ SELECT r.id
  LIMIT %(limit)s
    FOR UPDATE OF r SKIP LOCKED;
 
--- name: dag_poison_run
--- A stalled run whose step keeps raising: flagged, so the sweep (which skips poisoned runs) stops.
+-- name: dag_reconcile_failed
+-- A stalled run whose step raised: retried after base * 2^(attempts - 1) seconds (at most max), and
+-- poison-flagged at max_attempts, so the sweep (which skips poisoned runs) stops.
 UPDATE workflow_runs
-   SET poisoned_at = now(), error = %(error)s, updated_at = now()
- WHERE id = %(run_id)s AND poisoned_at IS NULL;
+   SET reconcile_attempts = reconcile_attempts + 1, updated_at = now(),
+       reconcile_next_at = now() + make_interval(secs => least(%(backoff_max)s, %(backoff_base)s * 2 ^ reconcile_attempts)),
+       poisoned_at = CASE WHEN reconcile_attempts + 1 >= %(max_attempts)s THEN now() END,
+       error = CASE WHEN reconcile_attempts + 1 >= %(max_attempts)s
+                    THEN format('reconcile poisoned after %%s attempts: %%s', reconcile_attempts + 1, %(error)s::text) ELSE error END
+ WHERE id = %(run_id)s AND poisoned_at IS NULL
+RETURNING reconcile_attempts AS attempts, poisoned_at, extract(epoch FROM reconcile_next_at - now())::float AS retry_in;
+
+-- name: dag_reconcile_done
+UPDATE workflow_runs SET reconcile_attempts = 0, reconcile_next_at = NULL WHERE id = %(run_id)s AND reconcile_attempts > 0;
+
+-- name: dag_start_queued_run
+-- A run inserted as 'queued' by plain SQL, started as start_run starts one (its roots follow).
+UPDATE workflow_runs SET status = 'running', updated_at = now() WHERE id = %(run_id)s AND status = 'queued'
+RETURNING context;
 
 -- name: dag_run_state
 SELECT status FROM workflow_runs WHERE id = %(run_id)s;

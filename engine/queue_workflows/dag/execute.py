@@ -59,9 +59,9 @@ def invoke(job: NodeJob, context: RunContext | None) -> Any:
         run, scope = context.run, context.scope
         for name, expr in (job.input_refs or {}).items():
             try:
-                inputs[name] = refs.resolve(expr, scope)
+                inputs[name] = hooks.resolve_ref(expr, scope)
             except refs.Unresolved as exc:
-                raise refs.Unresolved(f"input {name!r} of node {job.node_name!r}: {exc}") from None
+                raise exc.at(f"input {name!r} of node {job.node_name!r}") from None
     with control.running_node(job.run_id):  # for `queue_workflows.dag.cancelled()` inside the node
         if factory is None:
             return fn(**inputs)

@@ -8,6 +8,10 @@
   the resolver is then the allow-list (callables.py applies to calls it is not asked about).
 - `set_invoke_context(factory)`: `factory(job, run)` is a context manager around each node invoke;
   it yields `finalize(delta) -> delta`, applied only when the node succeeded.
+- `set_ref_resolver(fn)`: `fn(expr, scope)` gives the value of a node's input or `skip_if`
+  wherever references are resolved (dispatch, start, the worker's late inputs); it may call
+  `refs.resolve(expr, scope)`, the built-in, for what it does not handle, and raises
+  `refs.Unresolved` for a value that is not there yet.
 """
 
 from __future__ import annotations
@@ -18,21 +22,25 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from queue_workflows import callables, config
+from queue_workflows.dag import refs
 from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows.errors import QueueWorkflowsError
 
 WorkflowLoader = Callable[[str], Any]
 NodeResolver = Callable[[str], Any]
 InvokeContext = Callable[[Mapping[str, Any], Mapping[str, Any]], AbstractContextManager[Callable[[Any], Any]]]
+RefResolver = Callable[[Any, refs.Scope], Any]
 
 _workflow_provider: WorkflowLoader | None = None
 _pipeline_schema: WorkflowLoader | None = None
 _node_resolver: NodeResolver | None = None
 _node_module_package: str | None = None
 _invoke_context: InvokeContext | None = None
+_ref_resolver: RefResolver | None = None
 
 
-class UnresolvableCallableError(LookupError):
-    pass
+class UnresolvableCallableError(QueueWorkflowsError, LookupError):
+    """A node's callable cannot be imported or names nothing callable."""
 
 
 def set_workflow_provider(load_workflow: WorkflowLoader | None, pipeline_schema: WorkflowLoader | None = None) -> None:
@@ -59,6 +67,23 @@ def invoke_context() -> InvokeContext | None:
     return _invoke_context
 
 
+def set_ref_resolver(fn: RefResolver | None) -> None:
+    """Resolve references with `fn(expr, scope)` instead of the built-in `refs.resolve` (None: the built-in again)."""
+    global _ref_resolver
+    if fn is not None and not callable(fn):
+        raise TypeError(f"set_ref_resolver takes a function fn(expr, scope), not {type(fn).__name__}")
+    _ref_resolver = fn
+
+
+def ref_resolver() -> RefResolver | None:
+    return _ref_resolver
+
+
+def resolve_ref(expr: Any, scope: refs.Scope) -> Any:
+    """`expr`'s value in `scope`, by the host's resolver when one is set; every resolution of a reference goes through here."""
+    return (_ref_resolver or refs.resolve)(expr, scope)
+
+
 def reset() -> None:
     """Forget every hook and node callable registration (tests)."""
     callables.reset()
@@ -66,6 +91,7 @@ def reset() -> None:
     set_node_resolver(None)
     set_node_module_package(None)
     set_invoke_context(None)
+    set_ref_resolver(None)
 
 
 def load_workflow(name: str) -> Any:

@@ -16,7 +16,7 @@ in the worker, just before the node runs (`Unresolved` there fails the node with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +31,16 @@ class MalformedReferenceError(QueueWorkflowsError, ValueError):
 
 
 class Unresolved(QueueWorkflowsError, LookupError):
-    """A `$from` path with no value (yet) and no default."""
+    """A `$from` path with no value (yet) and no default; `at(where)` names the input or key it was read for."""
 
-    def __init__(self, path: str) -> None:
-        super().__init__(f"$from {path!r} has no value and no default")
-        self.path = path
+    def __init__(self, path: str, *, why: str | None = None, where: str | None = None) -> None:
+        self.path, self.why, self.where = path, why, where
+        reason = why or f"$from {path!r} has no value and no default"
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+    def at(self, where: str) -> Unresolved:
+        """The same miss, its message prefixed with `where` (outermost first), never re-quoted as a path."""
+        return Unresolved(self.path, why=self.why, where=f"{where}: {self.where}" if self.where else where)
 
 
 @dataclass
@@ -160,7 +165,8 @@ def resolve(expr: Any, scope: Scope) -> Any:
     if "$filter" in expr:
         items = resolve(expr["$filter"], scope)
         if not isinstance(items, list):
-            raise Unresolved(f"$filter source is a {type(items).__name__}, not a list")
+            paths = from_paths(expr["$filter"])
+            raise Unresolved(paths[0] if paths else "$filter", why=f"$filter source is a {type(items).__name__}, not a list")
         conditions = {path: resolve(cond, scope) if not _is_cond(cond) else cond for path, cond in expr.get("where", {}).items()}
         return [item for item in items if all(_matches(item, path, cond, scope) for path, cond in conditions.items())]
     return {key: resolve(value, scope) for key, value in expr.items()}
@@ -187,13 +193,19 @@ def resolve_ref(expr: Any, scope: Scope | Mapping[str, Any]) -> Any:
     return resolve(expr, scope if isinstance(scope, Scope) else Scope(context=scope))
 
 
-def resolve_inputs(inputs: Mapping[str, Any], scope: Scope) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(resolved inputs, the ones left as late references because they are not resolvable yet)."""
+def resolve_inputs(
+    inputs: Mapping[str, Any], scope: Scope, resolver: Callable[[Any, Scope], Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(resolved inputs, the ones left as late references because they are not resolvable yet).
+
+    `resolver(expr, scope)` replaces `resolve` (the host's, `hooks.set_ref_resolver`).
+    """
+    resolve_one = resolver or resolve
     resolved: dict[str, Any] = {}
     late: dict[str, Any] = {}
     for name, expr in inputs.items():
         try:
-            resolved[name] = resolve(expr, scope)
+            resolved[name] = resolve_one(expr, scope)
         except Unresolved:
             late[name] = expr
     return resolved, late

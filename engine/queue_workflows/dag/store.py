@@ -8,21 +8,22 @@ unique (run_id, node_name) backs that up at the row level.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, NamedTuple
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import child, dispatcher, hooks, refs
-from queue_workflows.dag.definition import Workflow
-from queue_workflows.dag.validate import node_policy, topological_order, validate
+from queue_workflows.dag.definition import Workflow, WorkflowValidationError
+from queue_workflows.dag.validate import check_start_refs, node_policy, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.jobrow import JobStatus
-from queue_workflows.payloads import check_id, json_object
+from queue_workflows.payloads import check_id, clean_text, json_object
 
 _DAG = sqlfile.load("queue_workflows.dag", "dag.sql")
 _CHILD = sqlfile.load("queue_workflows.dag", "child.sql")
@@ -41,7 +42,9 @@ def start_run(
     """Validate `workflow`, insert its run and enqueue its roots, in the caller's transaction when `conn` is given.
 
     `workflow` is a Workflow, its data form, or a name for the provider (`set_workflow_provider`).
-    Nothing is written when validation fails. Returns the run id.
+    Nothing is written on any failure (validation, a root's reference the context cannot answer,
+    an error while enqueueing the roots); with `conn`, the caller's earlier statements survive it.
+    Returns the run id.
     """
     if isinstance(workflow, str):
         workflow = hooks.load_definition(workflow)
@@ -55,13 +58,50 @@ def start_run(
         "definition": Jsonb(wf.to_dict()),
         "priority": priority,
     }
-    with db.transaction(conn) as c:
-        # An autocommit connection gets a transaction of its own; otherwise the statements join
-        # the caller's (implicit) transaction and commit or roll back with it.
-        with c.transaction() if c.autocommit else nullcontext(), c.cursor(row_factory=dict_row) as cur:
-            run_id: int = cur.execute(_DAG["dag_insert_run"], params).fetchone()["id"]  # type: ignore[index]
-            advance_run(c, run_id)
+    check_start_refs(wf, dict(context or {}))
+    with db.transaction(conn) as c, all_or_nothing(c) if conn is not None else nullcontext(), c.cursor(row_factory=dict_row) as cur:
+        # a pooled connection of our own commits on exit and rolls back on any error: no savepoint needed
+        run_id: int = cur.execute(_DAG["dag_insert_run"], params).fetchone()["id"]  # type: ignore[index]
+        advance_run(c, run_id)
     return run_id
+
+
+@contextmanager
+def all_or_nothing(c: db.Conn) -> Iterator[None]:
+    """A transaction of its own on an autocommit connection; else a savepoint in the caller's
+    transaction, so a failure undoes only this call's statements and the caller's earlier ones survive."""
+    if c.autocommit:
+        with c.transaction():
+            yield
+        return
+    c.execute("SAVEPOINT qw_start_run")  # not c.transaction(): on an idle connection that would COMMIT at its end
+    try:
+        yield
+    except BaseException:
+        with suppress(psycopg.Error):  # a broken connection: the caller's transaction is lost anyway
+            c.execute("ROLLBACK TO SAVEPOINT qw_start_run")
+            c.execute("RELEASE SAVEPOINT qw_start_run")
+        raise
+    c.execute("RELEASE SAVEPOINT qw_start_run")
+
+
+def start_queued_run(conn: db.Conn, run_id: int) -> dispatcher.Step | None:
+    """Start a run inserted as 'queued' by plain SQL, as `start_run` would: its definition and root
+    references checked (by name only: the orchestrator need not have the nodes' code), then running
+    with its roots enqueued; an invalid one is failed with the validation error. None: not queued."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_DAG["dag_lock_run"], {"run_id": run_id}).fetchone()
+        if run is None or run["status"] != "queued" or run["definition"] is None:
+            return None
+        try:
+            wf = validate(run["definition"], check_callables=False)
+            check_start_refs(wf, run["context"] or {})
+        except WorkflowValidationError as exc:
+            error = clean_text(f"invalid definition: {exc}")[:2000]
+            cur.execute(_DAG["dag_finish_run"], {"run_id": run_id, "status": "failed", "error": error})
+            return dispatcher.Step(run_status="failed", error=error)
+        cur.execute(_DAG["dag_start_queued_run"], {"run_id": run_id})
+        return advance_run(conn, run_id)
 
 
 def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) -> refs.Scope:
@@ -145,11 +185,17 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: li
             loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
         return loaded[0]
 
+    def scope_of(node_id: str) -> refs.Scope:
+        # a host resolver may read the scope through syntax other than `$from`
+        return scope() if node_id in scoped or hooks.ref_resolver() is not None else refs.Scope()
+
     def should_skip(node: Any, states: Mapping[str, str]) -> bool:
+        if node.skip_if is None:
+            return False
         try:
-            return bool(refs.resolve(node.skip_if, scope() if node.id in scoped else refs.Scope()))
+            return bool(hooks.resolve_ref(node.skip_if, scope_of(node.id)))
         except refs.Unresolved as exc:
-            raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
+            raise exc.at(f"node {node.id!r} skip_if") from None
 
     if completed is None:
         states = {r["node_name"]: r["status"] for r in cur.execute(_DAG["dag_run_states"], {"run_id": run_id}).fetchall()}
@@ -164,7 +210,7 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: li
             done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id}).fetchone()["n"]
             if done + len(step.skip) == len(wf.nodes):
                 step.run_status = "completed"
-    _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope(), started)
+    _apply(cur, run, wf, step, scope_of, started)
     return step
 
 
@@ -178,7 +224,7 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
             status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
         elif status == JobStatus.QUEUED and node.is_child:
             status = JobStatus.WAITING  # the orchestrator holds it until its child run ends (dag/child.py)
-        inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != JobStatus.SKIPPED else ({}, {})
+        inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id), hooks.resolve_ref) if status != JobStatus.SKIPPED else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
             "status": status, "priority": run["priority"], "required_model": node.model,

@@ -11,7 +11,7 @@ from queue_workflows import config
 from queue_workflows.common import retry_policy
 from queue_workflows.dag import refs
 from queue_workflows.dag.definition import KINDS, POLICY_KEYS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
-from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, load_definition, resolve_callable
+from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, load_definition, resolve_callable, resolve_ref
 from queue_workflows.errors import InvalidPayloadError
 from queue_workflows.payloads import check_json_tree, shown
 
@@ -46,8 +46,12 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
     cycle = find_cycle(wf)
     if cycle:
         raise WorkflowValidationError(f"workflow {name!r}: cycle: {' -> '.join(cycle)}")
+    graph = {n.id: n.deps for n in wf.nodes}
     for node in wf.nodes:
         _check_refs(name, node)
+        for key, expr in node.inputs.items():
+            check_upstream_refs(wf, node, expr, f"input {key!r}", graph=graph)
+        check_upstream_refs(wf, node, node.skip_if, "skip_if", graph=graph)
 
     check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:
@@ -171,6 +175,55 @@ def _check_refs(name: str, node: Node) -> None:
             refs.check(node.skip_if, f"{where}: skip_if")
     except refs.MalformedReferenceError as exc:
         raise WorkflowValidationError(str(exc)) from None
+
+
+def check_upstream_refs(wf: Workflow, node: Node, expr: Any, where: str, *, graph: Mapping[str, Any] | None = None) -> None:
+    """Refuse a `$from` in `expr` (node `node`'s key `where`) whose first segment names a node that is not upstream of it.
+
+    Only an upstream node's output is certain to exist when `node` runs; any other would resolve
+    or not depending on timing. Call it once deps are known to be acyclic; `graph` (node id ->
+    deps) saves rebuilding it per call.
+    """
+    for path in refs.from_paths(expr):
+        head = path.split(".", 1)[0]
+        if head in node.deps:
+            continue
+        graph = graph if graph is not None else {n.id: n.deps for n in wf.nodes}
+        if head in graph and not _is_upstream(graph, head, node):
+            raise WorkflowValidationError(
+                f"workflow {wf.name!r}: node {node.id!r} {where}: $from {path!r} names node {head!r}, "
+                f"which is not upstream of {node.id!r} (add it to deps)"
+            )
+
+
+def _is_upstream(graph: Mapping[str, Any], target: str, node: Node) -> bool:
+    """Whether `target` is a dependency of `node`, directly or through others (a walk up its deps, stopping at `target`)."""
+    seen: set[str] = set()
+    stack = list(node.deps)
+    while stack:
+        current = stack.pop()
+        if current == target:
+            return True
+        if current not in seen:
+            seen.add(current)
+            stack.extend(graph.get(current, ()))
+    return False
+
+
+def check_start_refs(wf: Workflow, context: Mapping[str, Any]) -> None:
+    """A root node's references can read only the run's context: one it cannot answer never resolves, so the run is refused."""
+    scope = refs.Scope(context=context, node_ids=frozenset(n.id for n in wf.nodes))
+    for node in wf.nodes:
+        if node.deps:
+            continue
+        keyed = [(f"input {key!r}", expr) for key, expr in node.inputs.items()]
+        for where, expr in keyed + ([("skip_if", node.skip_if)] if node.skip_if is not None else []):
+            try:
+                resolve_ref(expr, scope)
+            except refs.Unresolved as exc:
+                raise WorkflowValidationError(
+                    f"workflow {wf.name!r}: {exc.at(f'node {node.id!r} {where}')} (a root node reads only the run context)"
+                ) from None
 
 
 def find_cycle(wf: Workflow) -> list[str] | None:
