@@ -280,6 +280,7 @@ def claim_statement(
         loaded_models=loaded_models,
         vram_available_gb=vram_available_gb,
         second_copy_backlog=settings.gpu_second_copy_backlog,
+        aging_seconds=settings.claim_aging_seconds,
     )
 
 

@@ -1,11 +1,13 @@
 -- Named queries of a claim worker (queue_workflows.worker): its claim, session lock, idle baton, heartbeat and usage.
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
--- `{plan}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
+-- `{plan}`, `{fair}`, `{charge}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
 
 -- name: claim_job
--- {plan} and {routing} are empty, or for a gpu worker the fixed `gpu_claim_plan` and
--- `gpu_routing` fragments below.
-{plan}UPDATE {table} AS j
+-- {plan} is empty, or for a gpu worker the fixed `gpu_claim_plan` fragment; {fair} and {charge}
+-- are fair/fair.sql's `fair_order` and `fair_charge`: the bands are tried in fair order, the first
+-- that yields an unlocked row wins, and {routing} (gpu_routing, or empty) filters within a band.
+WITH RECURSIVE {plan}{fair}, claimed AS (
+UPDATE {table} AS j
    SET status = 'running',
        claimed_by = %(worker_id)s,
        claim_lock_key = %(lock_key)s,
@@ -15,12 +17,17 @@
        updated_at = now()
  WHERE j.id = (
         SELECT c.id
-          FROM {table} AS c
-         WHERE c.status = 'queued' AND c.queue = %(queue)s {routing}
-         ORDER BY {order_by}
-           FOR UPDATE SKIP LOCKED
+          FROM fair_order AS f CROSS JOIN LATERAL (
+               SELECT c.id
+                 FROM {table} AS c
+                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = f.priority {routing}
+                ORDER BY {order_by}
+                  FOR UPDATE SKIP LOCKED
+                LIMIT 1) AS c
          LIMIT 1)
-RETURNING j.*;
+RETURNING j.*
+), {charge}
+SELECT * FROM claimed;
 
 -- name: next_worker_lock_key
 SELECT nextval('worker_lock_key_seq')::integer AS lock_key;

@@ -1,5 +1,6 @@
 -- Named queries of batch mode (queue_workflows.worker.batch).
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
+-- `{fair}` and `{charge}` are fair/fair.sql's fragments, `{order_by}` a fixed one (queue_workflows.queries).
 
 -- name: claim_batch
 -- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
@@ -9,21 +10,27 @@
 -- a row's start is recorded (start_batch_row, charge_batch_rows), so a crash charges only
 -- rows that ran. RETURNING has no order of its own: the rows come back in claim order, the
 -- order they are to run in.
-WITH peers AS (
+WITH RECURSIVE {fair}, peers AS (
     SELECT greatest(count(*), 1) AS n FROM worker_heartbeats WHERE queue = %(queue)s
 ), depth AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM {table} WHERE status = 'queued' AND queue = %(queue)s
              LIMIT %(limit)s::bigint * (SELECT n FROM peers)) AS q
+), share AS (
+    SELECT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int AS n
 ), picked AS MATERIALIZED (
     -- Fenced: run once. As `id IN (subquery)` the planner may rescan the LIMITed subquery
     -- per row, each rescan skipping the rows just claimed, and claim past the limit.
-    SELECT id
-      FROM {table}
-     WHERE status = 'queued' AND queue = %(queue)s
-     ORDER BY {order_by}
-       FOR UPDATE SKIP LOCKED
-     LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int
+    -- The bands in fair order (fair/fair.sql) fill the batch, the first band first.
+    SELECT c.id
+      FROM fair_order AS f CROSS JOIN LATERAL (
+           SELECT c.id
+             FROM {table} AS c
+            WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = f.priority
+            ORDER BY {order_by}
+              FOR UPDATE SKIP LOCKED
+            LIMIT (SELECT n FROM share)) AS c
+     LIMIT (SELECT n FROM share)
 ), claimed AS (
     UPDATE {table} AS j
        SET status = 'running',
@@ -35,7 +42,7 @@ WITH peers AS (
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.*
-)
+), {charge}
 SELECT * FROM claimed ORDER BY {order_by};
 
 -- name: start_batch_row

@@ -1,0 +1,54 @@
+-- Named queries of weighted fair share across tenants (docs/flow_control.md, "Fair share").
+-- `{table}` is bound only to a job table's fixed identifier; `{band_order}` is a fixed fragment
+-- from queue_workflows.queries; values are parameters.
+
+-- name: fair_order
+-- The CTEs a claim starts with (after gpu_claim_plan's): `fair_order`, the queue's (tenant,
+-- priority) bands with ready work in the order a claim tries them: least virtual time first,
+-- then, within a tenant, priority aged by one level per %(aging_seconds)s its band's oldest job
+-- has waited. A probe per band on the claim index (queue, tenant, priority DESC, id), never a
+-- read of the backlog: each band's oldest job by a loose index scan.
+bands AS (
+     (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
+       WHERE b.queue = %(queue)s AND b.status = 'queued'
+       ORDER BY b.tenant, b.priority DESC, b.id LIMIT 1)
+     UNION ALL
+     SELECT nx.tenant, nx.priority, nx.id, nx.created_at
+       FROM bands AS p,
+            LATERAL (SELECT * FROM (
+                (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
+                  WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = p.tenant AND b.priority < p.priority
+                  ORDER BY b.tenant, b.priority DESC, b.id LIMIT 1)
+                UNION ALL
+                (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
+                  WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant > p.tenant
+                  ORDER BY b.tenant, b.priority DESC, b.id LIMIT 1)) AS n LIMIT 1) AS nx
+), fair_tenants AS MATERIALIZED (
+     -- A tenant back from idle starts no further behind than the furthest-ahead one less one job
+     -- of the lightest weight: it banks no credit while it had nothing queued.
+     SELECT t.tenant, t.weight, greatest(t.vtime, max(t.vtime) OVER () - max(1 / t.weight) OVER ()) AS vstart,
+            count(*) OVER () AS contenders
+       FROM (SELECT bt.tenant, coalesce(s.vtime, 0) AS vtime, coalesce(w.weight, 1) AS weight
+               FROM (SELECT DISTINCT bands.tenant FROM bands) AS bt
+               LEFT JOIN tenant_shares AS s ON s.queue = %(queue)s AND s.tenant = bt.tenant
+               LEFT JOIN tenant_weights AS w ON w.tenant = bt.tenant) AS t
+), fair_order AS MATERIALIZED (
+     SELECT bd.tenant, bd.priority
+       FROM bands AS bd JOIN fair_tenants AS ft ON ft.tenant = bd.tenant
+      ORDER BY ft.vstart, bd.tenant, {band_order}, bd.id
+)
+
+-- name: fair_charge
+-- The CTE a claim ends with: the claimed rows' tenants are charged their jobs over their weight,
+-- only while another tenant of the queue also has ready work (a lone tenant competes with no one).
+-- Concurrent claims of one tenant add up: each adds its own charge to the stored time.
+fair_charged AS (
+    INSERT INTO tenant_shares AS s (queue, tenant, vtime, charge, served)
+    SELECT %(queue)s, ft.tenant, ft.vstart + cl.n / ft.weight, cl.n / ft.weight, cl.n
+      FROM (SELECT claimed.tenant, count(*) AS n FROM claimed GROUP BY claimed.tenant) AS cl
+      JOIN fair_tenants AS ft ON ft.tenant = cl.tenant
+     WHERE ft.contenders > 1
+    ON CONFLICT (queue, tenant) DO UPDATE
+       SET vtime = greatest(s.vtime, EXCLUDED.vtime - EXCLUDED.charge) + EXCLUDED.charge,
+           charge = EXCLUDED.charge, served = s.served + EXCLUDED.served, updated_at = now()
+)

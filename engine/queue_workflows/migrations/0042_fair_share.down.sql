@@ -1,0 +1,13 @@
+DROP TRIGGER workflow_runs_parent_tenant ON workflow_runs;
+DROP TRIGGER workflow_node_jobs_run_tenant ON workflow_node_jobs;
+DROP FUNCTION qw_child_run_tenant();
+DROP FUNCTION qw_node_run_tenant();
+DROP TABLE tenant_shares;
+DROP TABLE tenant_weights;
+DROP INDEX ingest_jobs_claim_idx;
+DROP INDEX workflow_node_jobs_claim_idx;
+CREATE INDEX ingest_jobs_claim_idx ON ingest_jobs (queue, priority DESC, id) WHERE status = 'queued';
+CREATE INDEX workflow_node_jobs_claim_idx ON workflow_node_jobs (queue, priority DESC, id) WHERE status = 'queued';
+ALTER TABLE workflow_node_jobs DROP COLUMN tenant;
+ALTER TABLE ingest_jobs DROP COLUMN tenant;
+ALTER TABLE workflow_runs DROP COLUMN tenant;
