@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from queue_workflows import callables, config, db, jobstore, tasks
 from queue_workflows.common import retry_policy, sqlfile
 from queue_workflows.dag import hooks
+from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
@@ -33,7 +34,7 @@ NODE_QUEUES = RESERVED_QUEUES
 _NODE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 _BIGINT_MAX = 2**63 - 1
-_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts")
+_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts", "tenant")
 
 __all__ = [
     "Claimant",
@@ -90,6 +91,7 @@ def _ingest_params(
     reason: str = "manual",
     priority: int = 0,
     max_attempts: int | None = None,
+    tenant: str = DEFAULT_TENANT,
 ) -> dict[str, Any]:
     """Validate one ingest job and return its bind parameters; raises before anything is written."""
     tasks.check_task_name(task_name)
@@ -103,6 +105,7 @@ def _ingest_params(
         "reason": reason,
         "priority": _check_priority(priority),
         "max_attempts": _check_max_attempts(max_attempts),
+        "tenant": check_tenant(tenant),
     }
 
 
@@ -115,14 +118,16 @@ def enqueue_ingest_job(
     priority: int = 0,
     max_attempts: int | None = None,
     dedup_key: str | None = None,
+    tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction.
 
+    `tenant` names whose work it is: within a queue, tenants are served by weight (docs/flow_control.md).
     With `dedup_key`, a job with that key that is live (or finished within
     `QW_DEDUP_WINDOW_SECONDS`) is returned instead of enqueueing another.
     """
-    params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts)
+    params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts, tenant=tenant)
     if dedup_key is None:
         row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_ingest_job"), params))
     else:
@@ -145,7 +150,7 @@ def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | No
     """INSERT many ingest jobs in one statement, all or nothing.
 
     Each item takes `enqueue_ingest_job`'s arguments by name (`task_name`, `queue`, `args`,
-    `reason`, `priority`, `max_attempts`); every item is validated before anything is written.
+    `reason`, `priority`, `max_attempts`, `tenant`); every item is validated before anything is written.
     """
     batch: dict[str, list[Any]] = {key: [] for key in _INGEST_ARGS}
     try:
@@ -193,10 +198,12 @@ def enqueue_node_job(
     max_attempts: int | None = None,
     retry_policy: Mapping[str, Any] | None = None,
     check_callable: bool = True,
+    tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
 
+    `tenant` is the job's (docs/flow_control.md); a job with a `run_id` takes its run's instead.
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
     packages, or a registered callable (callables.py); any other is refused before the write.
     `retry_policy` takes a DAG node's keys (`timeout`, `retry_backoff`, `retry_on`, `no_retry_on`).
@@ -222,6 +229,7 @@ def enqueue_node_job(
         "inputs": json_object(inputs, what="inputs", max_bytes=config.current().settings.max_payload_bytes),
         "max_attempts": _check_max_attempts(max_attempts),
         "retry_policy": _checked_policy(retry_policy),
+        "tenant": check_tenant(tenant),
     }
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing
     if check_callable:

@@ -52,3 +52,37 @@ fair_charged AS (
        SET vtime = greatest(s.vtime, EXCLUDED.vtime - EXCLUDED.charge) + EXCLUDED.charge,
            charge = EXCLUDED.charge, served = s.served + EXCLUDED.served, updated_at = now()
 )
+
+-- name: set_tenant_weight
+INSERT INTO tenant_weights (tenant, weight) VALUES (%(tenant)s, %(weight)s)
+ON CONFLICT (tenant) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now();
+
+-- name: clear_tenant_weight
+DELETE FROM tenant_weights WHERE tenant = %(tenant)s;
+
+-- name: tenant_shares
+-- What an operator sees per (queue, tenant): live counts from both job tables, the weight, and the
+-- jobs served while contended with the share of its queue's they are (`served_share`), beside the
+-- share its weight asks among the queue's tenants that have been contended (`weight_share`).
+WITH live AS (
+    SELECT queue, tenant, count(*) FILTER (WHERE status = 'queued') AS queued, count(*) FILTER (WHERE status = 'running') AS running
+      FROM (SELECT queue, tenant, status FROM ingest_jobs WHERE status IN ('queued', 'running')
+            UNION ALL
+            SELECT queue, tenant, status FROM workflow_node_jobs WHERE status IN ('queued', 'running')) AS j
+     GROUP BY queue, tenant
+), keys AS (
+    SELECT queue, tenant FROM live UNION SELECT queue, tenant FROM tenant_shares
+), shown AS (
+    SELECT k.queue, k.tenant, coalesce(l.queued, 0) AS queued, coalesce(l.running, 0) AS running,
+           coalesce(w.weight, 1) AS weight, coalesce(s.served, 0) AS served, coalesce(s.vtime, 0) AS vtime
+      FROM keys AS k
+      LEFT JOIN live AS l ON l.queue = k.queue AND l.tenant = k.tenant
+      LEFT JOIN tenant_shares AS s ON s.queue = k.queue AND s.tenant = k.tenant
+      LEFT JOIN tenant_weights AS w ON w.tenant = k.tenant
+     WHERE %(queue)s::text IS NULL OR k.queue = %(queue)s
+)
+SELECT sh.*,
+       round((sh.served::numeric / nullif(sum(sh.served) OVER (PARTITION BY sh.queue), 0)), 4) AS served_share,
+       round((sh.weight / nullif(sum(sh.weight) FILTER (WHERE sh.served > 0) OVER (PARTITION BY sh.queue), 0))::numeric, 4) AS weight_share
+  FROM shown AS sh
+ ORDER BY sh.queue, sh.tenant;

@@ -1,0 +1,140 @@
+"""Weighted fair share across tenants: the claim's tenant order, weights at run time, aging, every enqueue path."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import psycopg
+import pytest
+
+import queue_workflows
+from queue_workflows import bulk, node_queue, register_ingest_task
+from queue_workflows.dag.definition import Workflow
+from queue_workflows.dag.store import start_run
+from queue_workflows.errors import InvalidPayloadError
+from queue_workflows.fair import tenants
+from queue_workflows.jobstore import Claimant
+
+WORKER = Claimant("w-fair", 7)
+
+
+@pytest.fixture(autouse=True)
+def _task():
+    register_ingest_task("t", lambda reason, args: args)
+
+
+def _flood(tenant: str, n: int, *, queue: str = "fetch", priority: int = 0) -> None:
+    bulk.copy_ingest_jobs({"task_name": "t", "queue": queue, "tenant": tenant, "priority": priority} for _ in range(n))
+
+
+def _claim_tenants(n: int, queue: str = "fetch") -> list[str]:
+    claimed = []
+    for _ in range(n):
+        job = node_queue.claim_ingest_job(queue, WORKER)
+        assert job is not None, f"queue {queue} ran dry after {len(claimed)} claims"
+        claimed.append(job["tenant"])
+    return claimed
+
+
+def test_every_enqueue_path_carries_the_tenant(conn):
+    one = node_queue.enqueue_ingest_job("t", "fetch", tenant="acme")
+    once = node_queue.enqueue_ingest_job("t", "fetch", dedup_key="k1", tenant="acme.eu")
+    many = node_queue.enqueue_ingest_jobs([{"task_name": "t", "queue": "fetch", "tenant": "b-2"}, {"task_name": "t", "queue": "load"}])
+    bulk.copy_ingest_jobs([{"task_name": "t", "queue": "load", "tenant": "copy:1"}])
+    node = node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", tenant="nodes@x")
+    run_id = start_run(Workflow("w").node("a", "qw_test_nodes"), tenant="runs", check_callables=False)
+    assert [one["tenant"], once["tenant"], many[0]["tenant"], many[1]["tenant"], node["tenant"]] == ["acme", "acme.eu", "b-2", "default", "nodes@x"]
+    assert conn.execute("SELECT tenant FROM ingest_jobs WHERE queue = 'load' AND tenant <> 'default'").fetchone()["tenant"] == "copy:1"
+    run_rows = conn.execute("SELECT tenant FROM workflow_node_jobs WHERE run_id = %s", (run_id,)).fetchall()
+    assert run_rows and {r["tenant"] for r in run_rows} == {"runs"}
+    # A node job enqueued into a run takes the run's tenant, whatever it was given.
+    into_run = node_queue.enqueue_node_job("m", "cpu", node_module="qw_test_nodes", run_id=run_id, tenant="other")
+    assert into_run["tenant"] == "runs"
+
+
+@pytest.mark.parametrize("bad", ["", " acme", "a" * 65, "x;drop", None, 7])
+def test_a_bad_tenant_is_refused_on_every_path_and_writes_nothing(conn, bad):
+    calls = [
+        lambda: node_queue.enqueue_ingest_job("t", "fetch", tenant=bad),
+        lambda: node_queue.enqueue_ingest_jobs([{"task_name": "t", "queue": "fetch"}, {"task_name": "t", "queue": "fetch", "tenant": bad}]),
+        lambda: bulk.copy_ingest_jobs([{"task_name": "t", "queue": "fetch"}, {"task_name": "t", "queue": "fetch", "tenant": bad}]),
+        lambda: node_queue.enqueue_node_job("n", "cpu", node_module="qw_test_nodes", tenant=bad),
+        lambda: start_run(Workflow("w").node("a", "qw_test_nodes"), tenant=bad, check_callables=False),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidPayloadError, match="tenant .* is invalid"):
+            call()
+    counts = conn.execute("SELECT (SELECT count(*) FROM ingest_jobs) + (SELECT count(*) FROM workflow_node_jobs)"
+                          " + (SELECT count(*) FROM workflow_runs) AS n").fetchone()
+    assert counts["n"] == 0
+
+
+def test_a_small_tenant_is_served_next_behind_a_large_backlog(conn):
+    _flood("big", 3000, priority=5)  # higher priority too: fairness is across tenants, priority within one
+    node_queue.claim_ingest_job("fetch", WORKER)
+    small = node_queue.enqueue_ingest_job("t", "fetch", tenant="small")["id"]
+    ids = [node_queue.claim_ingest_job("fetch", WORKER)["id"] for _ in range(2)]
+    assert small in ids, "the small tenant's job waited behind the big tenant's backlog"
+
+
+def test_served_shares_follow_the_weights(conn):
+    tenants.set_tenant_weight("a", 3)
+    tenants.set_tenant_weight("b", 1.5)
+    for name in ("a", "b", "c"):
+        _flood(name, 400)
+    served = Counter(_claim_tenants(550))
+    # Weights 3 : 1.5 : 1 of 550 claims: 300, 150, 100, each within one job (virtual-time order).
+    assert abs(served["a"] - 300) <= 2 and abs(served["b"] - 150) <= 2 and abs(served["c"] - 100) <= 2, served
+    shown = {(r["tenant"]): r for r in tenants.tenant_shares(queue="fetch")}
+    assert shown["a"]["queued"] == 400 - served["a"] and shown["a"]["weight"] == 3
+    assert math.isclose(float(shown["a"]["served_share"]), served["a"] / 550, abs_tol=0.01)
+    assert math.isclose(float(shown["a"]["weight_share"]), 3 / 5.5, abs_tol=0.001)
+
+
+def test_a_weight_changed_by_plain_sql_takes_effect_on_the_next_claim(conn):
+    _flood("a", 300)
+    _flood("b", 300)
+    assert Counter(_claim_tenants(40)) == {"a": 20, "b": 20}
+    conn.execute("INSERT INTO tenant_weights (tenant, weight) VALUES ('b', 4)")
+    later = Counter(_claim_tenants(100))
+    assert abs(later["b"] - 80) <= 2, later
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), float("inf"), 10_001, True, "2", None])
+def test_a_bad_weight_is_refused_and_changes_nothing(conn, bad):
+    tenants.set_tenant_weight("acme", 2)
+    with pytest.raises(InvalidPayloadError, match="tenant 'acme': weight must be a number above 0 and at most 10000"):
+        tenants.set_tenant_weight("acme", bad)
+    if isinstance(bad, float | int) and not isinstance(bad, bool):
+        with pytest.raises(psycopg.errors.CheckViolation, match="tenant_weights_weight_range"):
+            conn.execute("UPDATE tenant_weights SET weight = %s WHERE tenant = 'acme'", (float(bad),))
+    assert conn.execute("SELECT weight FROM tenant_weights WHERE tenant = 'acme'").fetchone()["weight"] == 2
+
+
+def test_a_tenant_back_from_idle_banks_no_credit(conn):
+    _flood("a", 300)
+    _flood("b", 300)
+    _claim_tenants(200)  # both contended: 100 each, virtual time 100 each
+    conn.execute("UPDATE tenant_shares SET vtime = 0 WHERE tenant = 'b'")  # as if b had been idle all along
+    run = Counter(_claim_tenants(20))
+    assert run["a"] >= 9, f"b took {run['b']} of 20 claims on credit banked while idle"
+
+
+def test_a_lone_tenant_charges_nothing(conn):
+    _flood("solo", 50)
+    _claim_tenants(50)
+    assert conn.execute("SELECT count(*) AS n FROM tenant_shares").fetchone()["n"] == 0
+
+
+def test_priority_orders_within_a_tenant_and_aging_lifts_a_waiting_band(database_url, conn):
+    queue_workflows.configure(database_url=database_url, claim_aging_seconds=60)
+    low_old = node_queue.enqueue_ingest_job("t", "fetch", priority=0, tenant="a")["id"]
+    low_new = node_queue.enqueue_ingest_job("t", "fetch", priority=0, tenant="a")["id"]
+    high = [node_queue.enqueue_ingest_job("t", "fetch", priority=5, tenant="a")["id"] for _ in range(2)]
+    assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == high[0]
+    # On the database clock: the low band's oldest job has waited 6 minutes, six levels at 60 s each.
+    conn.execute("UPDATE ingest_jobs SET created_at = now() - interval '6 minutes' WHERE id = %s", (low_old,))
+    assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == low_old
+    assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == high[1]  # the next low job is young: priority again
+    assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == low_new
