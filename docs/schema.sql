@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0040 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0042 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -58,6 +58,28 @@ BEGIN
          WHERE run_id = NEW.parent_run_id AND node_name = NEW.parent_node AND status = 'waiting';
     END IF;
     RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_child_run_tenant() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.parent_run_id IS NOT NULL THEN
+        NEW.tenant := coalesce((SELECT r.tenant FROM workflow_runs r WHERE r.id = NEW.parent_run_id), NEW.tenant);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.qw_node_run_tenant() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.run_id IS NOT NULL THEN
+        NEW.tenant := coalesce((SELECT r.tenant FROM workflow_runs r WHERE r.id = NEW.run_id), NEW.tenant);
+    END IF;
+    RETURN NEW;
 END
 $$;
 
@@ -214,8 +236,10 @@ CREATE TABLE public.ingest_jobs (
     model_hit boolean,
     wall_seconds double precision,
     batch_suspect boolean DEFAULT false NOT NULL,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT ingest_jobs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE SEQUENCE public.ingest_jobs_id_seq
@@ -283,11 +307,13 @@ CREATE TABLE public.workflow_node_jobs (
     unassignable_reason text,
     batch_suspect boolean DEFAULT false NOT NULL,
     retry_policy jsonb,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
     CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
-    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))
+    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
+    CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE VIEW public.node_events AS
@@ -359,6 +385,23 @@ CREATE TABLE public.schedule_slots (
     enqueued_by text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT schedule_slots_kind_check CHECK ((kind = ANY (ARRAY['slot'::text, 'catch_up'::text, 'boot'::text])))
+);
+
+CREATE TABLE public.tenant_shares (
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    vtime double precision DEFAULT 0 NOT NULL,
+    charge double precision DEFAULT 0 NOT NULL,
+    served bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.tenant_weights (
+    tenant text NOT NULL,
+    weight double precision NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tenant_weights_tenant_check CHECK ((tenant <> ''::text)),
+    CONSTRAINT tenant_weights_weight_range CHECK (((weight > (0)::double precision) AND (weight <= (10000)::double precision)))
 );
 
 CREATE TABLE public.worker_controls (
@@ -497,9 +540,11 @@ CREATE TABLE public.workflow_runs (
     parent_run_id bigint,
     parent_node text,
     depth integer DEFAULT 0 NOT NULL,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT workflow_runs_depth_check CHECK ((depth >= 0)),
     CONSTRAINT workflow_runs_parent_pair CHECK (((parent_run_id IS NULL) = (parent_node IS NULL))),
-    CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+    CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT workflow_runs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE SEQUENCE public.workflow_runs_id_seq
@@ -555,6 +600,12 @@ ALTER TABLE ONLY public.schedule_entry_turns
 ALTER TABLE ONLY public.schedule_slots
     ADD CONSTRAINT schedule_slots_pkey PRIMARY KEY (entry_name, slot_time);
 
+ALTER TABLE ONLY public.tenant_shares
+    ADD CONSTRAINT tenant_shares_pkey PRIMARY KEY (queue, tenant);
+
+ALTER TABLE ONLY public.tenant_weights
+    ADD CONSTRAINT tenant_weights_pkey PRIMARY KEY (tenant);
+
 ALTER TABLE ONLY public.worker_controls
     ADD CONSTRAINT worker_controls_pkey PRIMARY KEY (host_label, queue);
 
@@ -579,7 +630,7 @@ ALTER TABLE ONLY public.workflow_run_actions
 ALTER TABLE ONLY public.workflow_runs
     ADD CONSTRAINT workflow_runs_pkey PRIMARY KEY (id);
 
-CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, tenant, priority DESC, id) WHERE (status = 'queued'::text);
 
 CREATE UNIQUE INDEX ingest_jobs_dedup_live_idx ON public.ingest_jobs USING btree (dedup_key) WHERE ((dedup_key IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])));
 
@@ -605,7 +656,7 @@ CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submis
 
 CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
 
-CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, tenant, priority DESC, id) WHERE (status = 'queued'::text);
 
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 
@@ -663,9 +714,13 @@ CREATE TRIGGER workflow_node_jobs_record_marker AFTER INSERT ON public.workflow_
 
 CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (old.claimed_by IS NOT NULL) AND (new.status <> 'completed'::text) AND ((new.status <> 'running'::text) OR (new.claimed_by IS DISTINCT FROM old.claimed_by)))) EXECUTE FUNCTION public.qw_notify_job_revoked();
 
+CREATE TRIGGER workflow_node_jobs_run_tenant BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW EXECUTE FUNCTION public.qw_node_run_tenant();
+
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
 CREATE TRIGGER workflow_runs_child_ended AFTER UPDATE OF status ON public.workflow_runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_child_run_ended();
+
+CREATE TRIGGER workflow_runs_parent_tenant BEFORE INSERT ON public.workflow_runs FOR EACH ROW EXECUTE FUNCTION public.qw_child_run_tenant();
 
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
@@ -775,6 +830,18 @@ GRANT SELECT ON TABLE public.schedule_slots TO qw_orchestrator;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.schedule_slots TO qw_scheduler;
 GRANT SELECT ON TABLE public.schedule_slots TO qw_dashboard;
 GRANT SELECT ON TABLE public.schedule_slots TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_shares TO qw_worker;
+GRANT SELECT ON TABLE public.tenant_shares TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_shares TO qw_orchestrator;
+GRANT SELECT ON TABLE public.tenant_shares TO qw_dashboard;
+GRANT SELECT ON TABLE public.tenant_shares TO qw_scheduler;
+
+GRANT SELECT ON TABLE public.tenant_weights TO qw_worker;
+GRANT SELECT ON TABLE public.tenant_weights TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_weights TO qw_orchestrator;
+GRANT SELECT ON TABLE public.tenant_weights TO qw_dashboard;
+GRANT SELECT ON TABLE public.tenant_weights TO qw_scheduler;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_orchestrator;
