@@ -630,7 +630,7 @@ ALTER TABLE ONLY public.workflow_run_actions
 ALTER TABLE ONLY public.workflow_runs
     ADD CONSTRAINT workflow_runs_pkey PRIMARY KEY (id);
 
-CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, tenant, priority DESC, id) WHERE (status = 'queued'::text);
+CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, tenant, priority, id) WHERE (status = 'queued'::text);
 
 CREATE UNIQUE INDEX ingest_jobs_dedup_live_idx ON public.ingest_jobs USING btree (dedup_key) WHERE ((dedup_key IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])));
 
@@ -656,7 +656,7 @@ CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submis
 
 CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
 
-CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, tenant, priority DESC, id) WHERE (status = 'queued'::text);
+CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, tenant, priority, id) WHERE (status = 'queued'::text);
 
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 

@@ -6,29 +6,28 @@
 -- The CTEs a claim starts with (after gpu_claim_plan's): `fair_order`, the queue's (tenant,
 -- priority) bands with ready work in the order a claim tries them: least virtual time first,
 -- then, within a tenant, priority aged by one level per %(aging_seconds)s its band's oldest job
--- has waited. A probe per band on the claim index (queue, tenant, priority DESC, id), never a
+-- has waited. A probe per band on the claim index (queue, tenant, priority, id), never a
 -- read of the backlog: each band's oldest job by a loose index scan.
 bands AS (
      (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
        WHERE b.queue = %(queue)s AND b.status = 'queued'
-       ORDER BY b.tenant, b.priority DESC, b.id LIMIT 1)
+       ORDER BY b.tenant, b.priority, b.id LIMIT 1)
      UNION ALL
+     -- The next band in index order: one probe, a row comparison on the index's own columns.
      SELECT nx.tenant, nx.priority, nx.id, nx.created_at
        FROM bands AS p,
-            LATERAL (SELECT * FROM (
-                (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
-                  WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = p.tenant AND b.priority < p.priority
-                  ORDER BY b.tenant, b.priority DESC, b.id LIMIT 1)
-                UNION ALL
-                (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
-                  WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant > p.tenant
-                  ORDER BY b.tenant, b.priority DESC, b.id LIMIT 1)) AS n LIMIT 1) AS nx
+            LATERAL (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
+                      WHERE b.queue = %(queue)s AND b.status = 'queued' AND (b.tenant, b.priority) > (p.tenant, p.priority)
+                      ORDER BY b.tenant, b.priority, b.id LIMIT 1) AS nx
 ), fair_tenants AS MATERIALIZED (
-     -- A tenant back from idle starts no further behind than the furthest-ahead one less one job
-     -- of the lightest weight: it banks no credit while it had nothing queued.
-     SELECT t.tenant, t.weight, greatest(t.vtime, max(t.vtime) OVER () - max(1 / t.weight) OVER ()) AS vstart,
+     -- A tenant back from idle starts no further behind the furthest-ahead one than 16 of the
+     -- largest charges (jobs over weight) of the queue's tenants: it banks at most that much credit
+     -- while it had nothing queued. Concurrent claims spread busy tenants' times by a few charges,
+     -- well within that bound, so a tenant backlogged all along is never pulled forward.
+     SELECT t.tenant, t.weight, greatest(t.vtime, max(t.vtime) OVER () - 16 * max(t.charge) OVER ()) AS vstart,
             count(*) OVER () AS contenders
-       FROM (SELECT bt.tenant, coalesce(s.vtime, 0) AS vtime, coalesce(w.weight, 1) AS weight
+       FROM (SELECT bt.tenant, coalesce(s.vtime, 0) AS vtime, coalesce(w.weight, 1) AS weight,
+                    greatest(coalesce(s.charge, 0), 1 / coalesce(w.weight, 1)) AS charge
                FROM (SELECT DISTINCT bands.tenant FROM bands) AS bt
                LEFT JOIN tenant_shares AS s ON s.queue = %(queue)s AND s.tenant = bt.tenant
                LEFT JOIN tenant_weights AS w ON w.tenant = bt.tenant) AS t

@@ -5,12 +5,13 @@ ALTER TABLE workflow_runs ADD COLUMN tenant text NOT NULL DEFAULT 'default' CHEC
 ALTER TABLE ingest_jobs ADD COLUMN tenant text NOT NULL DEFAULT 'default' CHECK (tenant <> '');
 ALTER TABLE workflow_node_jobs ADD COLUMN tenant text NOT NULL DEFAULT 'default' CHECK (tenant <> '');
 
--- The claim walks (queue, tenant, priority) bands; the old (queue, priority, id) order is the
--- same index's order within one tenant, so it goes (one index fewer to write per job).
+-- The claim walks (queue, tenant, priority) bands, one probe each (a row comparison, hence the
+-- ascending priority), and takes a band's oldest job; the old (queue, priority DESC, id) index
+-- goes, one index fewer to write per job.
 DROP INDEX ingest_jobs_claim_idx;
 DROP INDEX workflow_node_jobs_claim_idx;
-CREATE INDEX ingest_jobs_claim_idx ON ingest_jobs (queue, tenant, priority DESC, id) WHERE status = 'queued';
-CREATE INDEX workflow_node_jobs_claim_idx ON workflow_node_jobs (queue, tenant, priority DESC, id) WHERE status = 'queued';
+CREATE INDEX ingest_jobs_claim_idx ON ingest_jobs (queue, tenant, priority, id) WHERE status = 'queued';
+CREATE INDEX workflow_node_jobs_claim_idx ON workflow_node_jobs (queue, tenant, priority, id) WHERE status = 'queued';
 
 -- Weights, global to a tenant (any queue); a tenant absent here weighs 1.
 CREATE TABLE tenant_weights (
