@@ -105,33 +105,36 @@ def shares(server_url: str, procs: Procs, workers: int, backlog: int, window: fl
         common.drop_database(server_url, url)
 
 
-def claim_rate(server_url: str, depth: int, tenants: int, seconds: float, explain: bool) -> tuple[float, str]:
-    """Claim + completion per second on one connection over `depth` queued jobs of `tenants` tenants; the claim's plan if asked."""
+def claim_rates(server_url: str, depth: int, seconds: float, rounds: int = 5) -> tuple[float, float, str]:
+    """Claim + completion per second on one connection over `depth` queued jobs, with no tenants and
+    with 100, alternating short rounds so both see the same machine; and the 100-tenant claim's plan."""
     from queue_workflows import db, jobstore, node_queue
 
-    url = common.qw_database(server_url)
+    urls = [common.qw_database(server_url), common.qw_database(server_url)]
     try:
-        _flood(url, depth, tenants)
-        plan = ""
-        with db.connect(autocommit=True, url=url) as conn:
-            claimant = jobstore.Claimant("bench", 1)
-            claim = node_queue.claim_statements(node_queue.INGEST_TABLE, "fetch", claimant)
-            job = db.one_round_trip(conn, claim)[-1].fetchone()
-            begun, n = time.perf_counter(), 0
-            while job is not None and time.perf_counter() - begun < seconds:
-                mark = jobstore.mark_statement(node_queue.INGEST_TABLE, "completed", job["id"], result=None, worker_id="bench")
-                job = db.one_round_trip(conn, [mark, *claim])[-1].fetchone()
-                n += 1
-            rate = n / (time.perf_counter() - begun)
-            if explain:
-                query, params = claim[-1]
-                with conn.transaction(force_rollback=True):
-                    rows = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS) " + query.as_bytes(conn), params).fetchall()  # type: ignore[union-attr]
-                plan = "\n".join(r["QUERY PLAN"] for r in rows)
-        return rate, plan
+        for url, tenants in zip(urls, (1, 100)):
+            _flood(url, depth, tenants)
+        done, spent = [0, 0], [0.0, 0.0]
+        claimant = jobstore.Claimant("bench", 1)
+        claim = node_queue.claim_statements(node_queue.INGEST_TABLE, "fetch", claimant)
+        for _ in range(rounds):
+            for k, url in enumerate(urls):
+                with db.connect(autocommit=True, url=url) as conn:
+                    job = db.one_round_trip(conn, claim)[-1].fetchone()
+                    begun = time.perf_counter()
+                    while job is not None and time.perf_counter() - begun < seconds / rounds:
+                        mark = jobstore.mark_statement(node_queue.INGEST_TABLE, "completed", job["id"], result=None, worker_id="bench")
+                        job = db.one_round_trip(conn, [mark, *claim])[-1].fetchone()
+                        done[k] += 1
+                    spent[k] += time.perf_counter() - begun
+        with db.connect(autocommit=True, url=urls[1]) as conn, conn.transaction(force_rollback=True):
+            query, params = claim[-1]
+            rows = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS) " + query.as_bytes(conn), params).fetchall()  # type: ignore[union-attr]
+        return done[0] / spent[0], done[1] / spent[1], "\n".join(r["QUERY PLAN"] for r in rows)
     finally:
         db.close_pools()
-        common.drop_database(server_url, url)
+        for url in urls:
+            common.drop_database(server_url, url)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default 4; 2 with --quick)")
     parser.add_argument("--backlog", type=int, default=None, help="tenant A's backlog (default 100000; 10000 with --quick)")
     parser.add_argument("--large", type=int, default=None, help="queue depth of the cost run (default 1000000; 100000 with --quick)")
+    parser.add_argument("--only-cost", action="store_true", help="only the cost run and the plan")
     args = parser.parse_args(argv)
     workers = args.workers or (2 if args.quick else 4)
     backlog = args.backlog or (10_000 if args.quick else 100_000)
@@ -148,12 +152,17 @@ def main(argv: list[str] | None = None) -> int:
 
     with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
         common.banner(f"fair share: {workers} workers; A's backlog {backlog}, B {b_jobs} jobs at 10/s; cost over {large} queued", args, server_url)
+        if args.only_cost:
+            plain, spread, plan = claim_rates(server_url, large, 5.0 if args.quick else 10.0)
+            print(f"   claim + completion over {large} queued: no tenants {plain:,.0f}/s, 100 tenants {spread:,.0f}/s "
+                  f"({common.ratio(spread, plain)})\n")
+            print("\n".join("      " + line for line in plan.splitlines()))
+            return 0
         empty = latency(server_url, procs, workers, 0, b_jobs, fair=True)
         fair = latency(server_url, procs, workers, backlog, b_jobs, fair=True)
         fifo = latency(server_url, procs, workers, backlog, b_jobs, fair=False)
         share = shares(server_url, procs, workers, backlog // 2, window)
-        plain, _ = claim_rate(server_url, large, 1, 5.0 if args.quick else 10.0, explain=False)
-        spread, plan = claim_rate(server_url, large, 100, 5.0 if args.quick else 10.0, explain=True)
+        plain, spread, plan = claim_rates(server_url, large, 5.0 if args.quick else 10.0)
 
     base = median(empty)
     common.print_table(

@@ -17,8 +17,8 @@ from psycopg.types.json import Jsonb
 from queue_workflows import callables, config, db, jobstore, tasks
 from queue_workflows.common import retry_policy, sqlfile
 from queue_workflows.dag import hooks
-from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
+from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
 from queue_workflows.payloads import check_text, clean_text, json_object, shown
