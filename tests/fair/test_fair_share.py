@@ -139,3 +139,14 @@ def test_priority_orders_within_a_tenant_and_aging_lifts_a_waiting_band(database
     assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == low_old
     assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == high[1]  # the next low job is young: priority again
     assert node_queue.claim_ingest_job("fetch", WORKER)["id"] == low_new
+
+
+def test_the_gpu_claim_orders_its_candidates_by_tenant(conn):
+    # The routed claim's candidates are each model's next job and the next model-free one, whatever
+    # their tenant; fair share picks among them: the least-served tenant's candidate first.
+    for _ in range(3):
+        node_queue.enqueue_node_job("a", "gpu", node_module="qw_test_nodes", required_model="llama", tenant="big", check_callable=False)
+    small = node_queue.enqueue_node_job("b", "gpu", node_module="qw_test_nodes", tenant="small", check_callable=False)["id"]
+    first = node_queue.claim_node_job("gpu", WORKER, current_model="llama")
+    second = node_queue.claim_node_job("gpu", WORKER, current_model="llama")
+    assert first["tenant"] == "big" and second["id"] == small, (first, second)  # big first only by name; then small, despite the warm model
