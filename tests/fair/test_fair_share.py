@@ -150,3 +150,20 @@ def test_the_gpu_claim_orders_its_candidates_by_tenant(conn):
     first = node_queue.claim_node_job("gpu", WORKER, current_model="llama")
     second = node_queue.claim_node_job("gpu", WORKER, current_model="llama")
     assert first["tenant"] == "big" and second["id"] == small, (first, second)  # big first only by name; then small, despite the warm model
+
+
+def test_batch_claims_fill_from_the_least_served_tenant_and_charge_each_row(conn):
+    from queue_workflows.worker.batch.worker import claim_batch_query
+
+    tenants.set_tenant_weight("a", 3)
+    _flood("a", 200)
+    _flood("b", 200)
+    params = {"queue": "fetch", "worker_id": "w", "lock_key": 1, "lease_seconds": 60, "limit": 10, "aging_seconds": 0}
+    served: Counter[str] = Counter()
+    for _ in range(8):
+        rows = conn.execute(claim_batch_query("ingest_jobs", "highest_first"), params).fetchall()
+        assert len({r["tenant"] for r in rows}) == 1 and len(rows) == 10  # a batch fills from one tenant's band
+        served[rows[0]["tenant"]] += len(rows)
+    assert served == {"a": 60, "b": 20}, served
+    shares = {r["tenant"]: (r["served"], r["vtime"]) for r in conn.execute("SELECT tenant, served, vtime FROM tenant_shares")}
+    assert shares == {"a": (60, 20.0), "b": (20, 20.0)}, shares
