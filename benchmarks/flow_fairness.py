@@ -48,8 +48,11 @@ def _workers(procs: Procs, url: str, n: int) -> list:
     return started
 
 
-def latency(server_url: str, procs: Procs, workers: int, backlog: int, b_jobs: int, fair: bool) -> list[float]:
-    """B's enqueue -> start seconds, B enqueueing at 10/s behind `backlog` jobs of A (as one tenant with B unless `fair`)."""
+def latency(server_url: str, procs: Procs, workers: int, backlog: int, b_jobs: int, fair: bool, limit: float) -> tuple[list[float], bool]:
+    """B's enqueue -> start seconds, B enqueueing at 10/s behind `backlog` jobs of A (as one tenant with B unless `fair`).
+
+    A job of B not started `limit` seconds after the last enqueue counts as its wait so far, and
+    the second value says so (the figure is then a lower bound)."""
     from queue_workflows import db, node_queue
 
     url = common.qw_database(server_url)
@@ -63,14 +66,15 @@ def latency(server_url: str, procs: Procs, workers: int, backlog: int, b_jobs: i
             for _ in range(b_jobs):
                 ids.append(node_queue.enqueue_ingest_job("noop", "fetch", reason="bench", tenant="B" if fair else "default", conn=conn)["id"])
                 time.sleep(0.1)
-        deadline = time.monotonic() + 600
-        while common.scalar(url, "SELECT count(*) FROM ingest_jobs WHERE id = ANY(%s) AND started_at IS NULL", (ids,)):
+        deadline = time.monotonic() + limit
+        while (left := common.scalar(url, "SELECT count(*) FROM ingest_jobs WHERE id = ANY(%s) AND started_at IS NULL", (ids,))):
             if time.monotonic() > deadline:
-                raise RuntimeError("B's jobs did not all start within 600 s")
+                break
             time.sleep(0.05)
         with psycopg.connect(url, autocommit=True) as conn:
-            rows = conn.execute("SELECT extract(epoch FROM started_at - created_at)::float FROM ingest_jobs WHERE id = ANY(%s)", (ids,))
-            return [r[0] for r in rows.fetchall()]
+            rows = conn.execute("SELECT extract(epoch FROM coalesce(started_at, clock_timestamp()) - created_at)::float "
+                                "FROM ingest_jobs WHERE id = ANY(%s)", (ids,))
+            return [r[0] for r in rows.fetchall()], left > 0
     finally:
         procs.stop(started)
         db.close_pools()
@@ -158,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"({common.ratio(spread, plain)})\n")
             print("\n".join("      " + line for line in plan.splitlines()))
             return 0
-        empty = latency(server_url, procs, workers, 0, b_jobs, fair=True)
-        fair = latency(server_url, procs, workers, backlog, b_jobs, fair=True)
-        fifo = latency(server_url, procs, workers, backlog, b_jobs, fair=False)
+        limit = 60.0 if args.quick else 120.0
+        empty, _ = latency(server_url, procs, workers, 0, b_jobs, fair=True, limit=limit)
+        fair, _ = latency(server_url, procs, workers, backlog, b_jobs, fair=True, limit=limit)
+        fifo, cut = latency(server_url, procs, workers, backlog, b_jobs, fair=False, limit=limit)
         share = shares(server_url, procs, workers, backlog // 2, window)
         plain, spread, plan = claim_rates(server_url, large, 5.0 if args.quick else 10.0)
 
@@ -171,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             ["empty queue (baseline)", len(empty), f"{base * 1000:.1f}", f"{percentile(empty, 99) * 1000:.1f}", "1.00x"],
             [f"behind A's {backlog} jobs, fair share", len(fair), f"{median(fair) * 1000:.1f}", f"{percentile(fair, 99) * 1000:.1f}",
              common.ratio(median(fair), base)],
-            [f"behind A's {backlog} jobs, FIFO (one tenant)", len(fifo), f"{median(fifo) * 1000:.1f}", f"{percentile(fifo, 99) * 1000:.1f}",
-             common.ratio(median(fifo), base)],
+            [f"behind A's {backlog} jobs, FIFO (one tenant)" + (f", cut at {limit:.0f} s" if cut else ""), len(fifo),
+             f"{'>' if cut else ''}{median(fifo) * 1000:.1f}", f"{'>' if cut else ''}{percentile(fifo, 99) * 1000:.1f}",
+             ("> " if cut else "") + common.ratio(median(fifo), base)],
         ],
     )
     print()
