@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0035 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0038 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -45,6 +45,15 @@ CREATE FUNCTION public.qw_notify_job_revoked() RETURNS trigger
     AS $$
 BEGIN
     PERFORM pg_notify('qw_job_revoked', OLD.id || ':' || OLD.claimed_by);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_timer() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('qw_timer', TG_TABLE_NAME);
     RETURN NULL;
 END
 $$;
@@ -220,6 +229,8 @@ CREATE TABLE public.workflow_node_jobs (
     wall_seconds double precision,
     unassignable_reason text,
     batch_suspect boolean DEFAULT false NOT NULL,
+    wake_at timestamp with time zone,
+    event_key text,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
@@ -361,6 +372,29 @@ CREATE SEQUENCE public.workflow_dispatch_events_id_seq
 
 ALTER SEQUENCE public.workflow_dispatch_events_id_seq OWNED BY public.workflow_dispatch_events.id;
 
+CREATE TABLE public.workflow_events (
+    id bigint NOT NULL,
+    event_key text NOT NULL,
+    run_id bigint,
+    payload jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    error text,
+    applied_to bigint[],
+    requested_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    processed_at timestamp with time zone,
+    CONSTRAINT workflow_events_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'kept'::text, 'applied'::text, 'rejected'::text])))
+);
+
+CREATE SEQUENCE public.workflow_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_events_id_seq OWNED BY public.workflow_events.id;
+
 CREATE TABLE public.workflow_input_submissions (
     id bigint NOT NULL,
     run_id bigint NOT NULL,
@@ -446,6 +480,8 @@ ALTER TABLE ONLY public.job_events ALTER COLUMN id SET DEFAULT nextval('public.j
 
 ALTER TABLE ONLY public.workflow_dispatch_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_dispatch_events_id_seq'::regclass);
 
+ALTER TABLE ONLY public.workflow_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_events_id_seq'::regclass);
+
 ALTER TABLE ONLY public.workflow_input_submissions ALTER COLUMN id SET DEFAULT nextval('public.workflow_input_submissions_id_seq'::regclass);
 
 ALTER TABLE ONLY public.workflow_node_jobs ALTER COLUMN id SET DEFAULT nextval('public.workflow_node_jobs_id_seq'::regclass);
@@ -493,6 +529,9 @@ ALTER TABLE ONLY public.worker_heartbeats
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.workflow_events
+    ADD CONSTRAINT workflow_events_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.workflow_input_submissions
     ADD CONSTRAINT workflow_input_submissions_pkey PRIMARY KEY (id);
 
@@ -530,11 +569,19 @@ CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_
 
 CREATE INDEX workflow_dispatch_events_run_idx ON public.workflow_dispatch_events USING btree (run_id);
 
+CREATE INDEX workflow_events_open_key_idx ON public.workflow_events USING btree (event_key, id) WHERE (status = ANY (ARRAY['pending'::text, 'kept'::text]));
+
+CREATE INDEX workflow_events_pending_idx ON public.workflow_events USING btree (id) WHERE (status = 'pending'::text);
+
+CREATE INDEX workflow_events_run_idx ON public.workflow_events USING btree (run_id);
+
 CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submissions USING btree (status, id) WHERE (status = ANY (ARRAY['pending'::text, 'processing'::text]));
 
 CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
 
 CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+
+CREATE INDEX workflow_node_jobs_event_key_idx ON public.workflow_node_jobs USING btree (event_key) WHERE (event_key IS NOT NULL);
 
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 
@@ -551,6 +598,8 @@ CREATE INDEX workflow_node_jobs_run_idx ON public.workflow_node_jobs USING btree
 CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
+
+CREATE INDEX workflow_node_jobs_wake_idx ON public.workflow_node_jobs USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
 
 CREATE INDEX workflow_run_actions_run_idx ON public.workflow_run_actions USING btree (run_id, id);
 
@@ -569,6 +618,8 @@ CREATE TRIGGER ingest_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.
 CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
 CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
+
+CREATE TRIGGER workflow_events_notify AFTER INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_notify_timer();
 
 CREATE TRIGGER workflow_input_submissions_notify AFTER INSERT ON public.workflow_input_submissions FOR EACH ROW EXECUTE FUNCTION public.qw_notify_input_submission();
 
@@ -590,8 +641,15 @@ CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON 
 
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
+CREATE TRIGGER workflow_node_jobs_timer_notify_ins AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)))) EXECUTE FUNCTION public.qw_notify_timer();
+
+CREATE TRIGGER workflow_node_jobs_timer_notify_upd AFTER UPDATE OF status, wake_at, event_key ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)) AND ((old.status IS DISTINCT FROM new.status) OR (old.wake_at IS DISTINCT FROM new.wake_at) OR (old.event_key IS DISTINCT FROM new.event_key)))) EXECUTE FUNCTION public.qw_notify_timer();
+
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_events
+    ADD CONSTRAINT workflow_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.workflow_input_submissions
     ADD CONSTRAINT workflow_input_submissions_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
@@ -723,6 +781,17 @@ GRANT SELECT,USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_work
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_scheduler;
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_events TO qw_worker;
+GRANT SELECT ON TABLE public.workflow_events TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_events TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_events TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_events TO qw_scheduler;
+
+GRANT ALL ON SEQUENCE public.workflow_events_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_dashboard;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_scheduler;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_input_submissions TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_input_submissions TO qw_orchestrator;

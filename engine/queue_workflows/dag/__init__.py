@@ -9,7 +9,8 @@ Modules: `definition` (builder and data form), `validate`, `refs`, `dispatcher` 
 `hooks` (host-injected resolvers), `store` (start_run/run_status/apply a dispatch step),
 `execute` (worker-side invoke), `outbox` (the orchestrator's drain), `control` (cancel, restart,
 reconcile), `inputs` (input steps), `audit` (who cancelled, restarted or answered a run) and
-`keeper` (the orchestrator's input listener and reconcile sweep).
+`keeper` (the orchestrator's input listener and reconcile sweep), `timers` (sleep and wait_event
+nodes), `events` (send_event) and `timekeeper` (the orchestrator's service that fires them).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from queue_workflows.dag.hooks import (
     set_node_resolver,
     set_workflow_provider,
 )
+from queue_workflows.dag.events import event_status, send_event
 from queue_workflows.dag.inputs import InputNotAwaitedError, submit_input
 from queue_workflows.dag.validate import validate
 
@@ -37,6 +39,8 @@ __all__ = [
     "run_actions",
     "run_cancelled",
     "submit_input",
+    "send_event",
+    "event_status",
     "Workflow",
     "WorkflowValidationError",
     "set_invoke_context",

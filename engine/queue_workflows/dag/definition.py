@@ -39,8 +39,11 @@ def check_workflow_name(name: object) -> str:
     except InvalidPayloadError as exc:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
-NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
-KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
+TIMER_KEYS = ("for", "until", "key", "timeout", "default")  # a sleep's or an event wait's own keys (dag/timers.py)
+NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
+                       *TIMER_KEYS})
+TIMER_KINDS = ("sleep", "wait_event")  # held 'waiting' by the orchestrator's timekeeper, no worker
+KINDS = ("task", "input", *TIMER_KINDS)  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
 
 
 def callable_spec(call: Any) -> Any:
@@ -70,10 +73,15 @@ class Node:
     max_attempts: Any = 3
     budget_seconds: Any = None
     kind: Any = "task"
+    timer: Any = field(default_factory=dict)  # the TIMER_KEYS given to a sleep or wait_event node
 
     @property
     def is_input(self) -> bool:
         return self.kind == "input"
+
+    @property
+    def is_timer(self) -> bool:
+        return self.kind in TIMER_KINDS
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -86,6 +94,7 @@ class Node:
             data["budget_seconds"] = self.budget_seconds
         if self.kind != "task":
             data["kind"] = self.kind
+        data.update(self.timer)
         return data
 
 
@@ -116,6 +125,26 @@ class Workflow:
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "input" if input is True else "task" if input is False else input)
         )
+        return self
+
+    def sleep(self, id: str, *, seconds: Any = None, until: Any = None, deps: Iterable[str] = (),  # noqa: A002
+              skip_if: Any = None) -> Workflow:
+        """A node that completes `seconds` after it is reached, or at `until` (ISO 8601); no worker is held."""
+        given = {"for": seconds, "until": until}
+        return self._timer(id, "sleep", {k: v for k, v in given.items() if v is not None}, deps, skip_if)
+
+    def wait_event(self, id: str, *, key: Any, timeout: Any = None, default: Any = None, deps: Iterable[str] = (),  # noqa: A002
+                   skip_if: Any = None) -> Workflow:
+        """A node that completes with the payload of the first event sent to `key` (`send_event`).
+
+        After `timeout` seconds it completes with `default` (a JSON object) or, without one, fails.
+        """
+        given = {"key": key, "timeout": timeout, "default": default}
+        return self._timer(id, "wait_event", {k: v for k, v in given.items() if v is not None}, deps, skip_if)
+
+    def _timer(self, id: str, kind: str, timer: dict[str, Any], deps: Iterable[str], skip_if: Any) -> Workflow:  # noqa: A002
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        self.nodes.append(Node(id, None, deps=deps_tuple, skip_if=skip_if, kind=kind, timer=timer))
         return self
 
     def by_id(self) -> dict[str, Node]:
@@ -155,6 +184,7 @@ class Workflow:
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
+                    timer={k: raw[k] for k in TIMER_KEYS if k in raw},
                 )
             )
         return cls(name, nodes)

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.dag import dispatcher, hooks, refs
+from queue_workflows.dag import dispatcher, hooks, refs, timers
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.dag.validate import topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
@@ -71,6 +71,12 @@ def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) 
     return refs.Scope(context=run["context"] or {}, outputs=outputs, node_ids=frozenset(wf.by_id()))
 
 
+def read_scope(cur: Any, run_id: int, wf: Workflow) -> refs.Scope:
+    """The run's scope as its (dict-row) cursor's transaction sees it."""
+    rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
+    return scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None])
+
+
 def advance_run(conn: db.Conn, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
     """Lock the run, decide its next step from its node rows, and write it. None: nothing to do here.
 
@@ -102,7 +108,7 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
     if hit is None:
         definition = cur.execute(_DAG["dag_run_definition"], {"run_id": run["id"]}).fetchone()["definition"]
         wf = Workflow.from_dict(definition)
-        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if))
+        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if) or timers.scoped(n))
         hit = _PARSED[key] = Parsed(wf, topological_order(wf), scoped, dispatcher.dependants(wf))
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
@@ -120,8 +126,7 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
 
     def scope() -> refs.Scope:
         if not loaded:
-            rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
-            loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
+            loaded.append(read_scope(cur, run_id, wf))
         return loaded[0]
 
     def should_skip(node: Any, states: Mapping[str, str]) -> bool:
@@ -150,8 +155,12 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
 def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step, scope_of: Callable[[str], refs.Scope]) -> None:
     nodes = wf.by_id()
     params = []
+    held = []
     for node_id, status in [(n, JobStatus.QUEUED) for n in step.enqueue] + [(n, JobStatus.SKIPPED) for n in step.skip]:
         node = nodes[node_id]
+        if status == JobStatus.QUEUED and node.is_timer:  # a sleep or an event wait: 'waiting', the timekeeper's
+            held.append(timers.row(run, node, scope_of(node_id)))
+            continue
         if status == JobStatus.QUEUED and node.is_input:
             status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
         inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != JobStatus.SKIPPED else ({}, {})
@@ -163,6 +172,8 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)
+    if held:
+        timers.insert_waiting(cur, held)
     if step.cancel:
         reason = f"cancelled: run {run['id']} failed ({step.error})"
         cur.execute(_DAG["dag_cancel_nodes"], {"run_id": run["id"], "names": step.cancel, "reason": reason})
@@ -179,9 +190,9 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
             raise LookupError(f"no workflow run {run_id}")
         rows = cur.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
     by_name = {r["node_name"]: r for r in rows}
-    names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
+    kinds = {n["id"]: n.get("kind", "task") for n in (run["definition"] or {}).get("nodes", [])}
     nodes = {}
-    for name in names:
+    for name in list(kinds) or list(by_name):
         row = by_name.get(name)
         nodes[name] = {
             "status": row["status"] if row else "pending",
@@ -191,6 +202,7 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
             "job_id": row["id"] if row else None,
             "queue": row["queue"] if row else None,
         }
+        nodes[name].update(timers.status_fields(kinds.get(name), row))
     wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
     info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at")}
     info["context"] = scope_for(run, wf, rows).merged()

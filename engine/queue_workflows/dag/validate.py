@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from queue_workflows import config
-from queue_workflows.dag import refs
+from queue_workflows.dag import refs, timers
 from queue_workflows.dag.definition import KINDS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
 from queue_workflows.errors import InvalidPayloadError
@@ -48,7 +48,7 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
     if check_callables:
 
         for node in wf.nodes:
-            if node.is_input:
+            if node.is_input or node.is_timer:
                 continue
             try:
                 resolve_callable(node.call)
@@ -68,15 +68,16 @@ def _check_node(name: str, node: Node) -> None:
     if node.id in RESERVED_IDS:
         raise WorkflowValidationError(f"{where}: the id {node.id!r} is reserved: {{'$from': '{node.id}.x'}} reads the run's context")
     if node.kind not in KINDS:
-        raise WorkflowValidationError(f"{where}: kind must be 'task' or 'input', not {node.kind!r}")
+        raise WorkflowValidationError(f"{where}: kind must be one of {', '.join(KINDS)}, not {node.kind!r}")
+    timers.check_node(where, node)  # a sleep / wait_event: no call, queue or model, its own keys
     if node.is_input:
         if node.call is not None:
             raise WorkflowValidationError(f"{where}: an input step runs nothing: give it no 'call' (got {node.call!r})")
         if node.queue != "cpu" or node.model is not None:
             raise WorkflowValidationError(f"{where}: an input step takes no queue or model (it is answered by submit_input)")
-    elif isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
+    elif not node.is_timer and isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
         raise WorkflowValidationError(f"{where}: unresolvable callable {node.call!r} (a nested function or lambda cannot be imported)")
-    if not node.is_input and (not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call)):
+    if not (node.is_input or node.is_timer) and (not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call)):
         raise WorkflowValidationError(f"{where}: 'call' must be 'pkg.module' or 'pkg.module:function', not {node.call!r}")
     if node.queue not in QUEUES:
         raise WorkflowValidationError(f"{where}: queue must be 'cpu' or 'gpu', not {node.queue!r}")
