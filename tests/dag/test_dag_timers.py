@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from dag_rows import complete, rows, states
-from procs import query
+from procs import query, service_env, wait_for_log, wait_until, wait_workers_ready
 
 import queue_workflows
 from queue_workflows import InvalidPayloadError, send_event
@@ -244,3 +244,38 @@ def test_the_pacer_sleeps_until_the_earliest_deadline_on_a_virtual_clock():
     assert pacer.wait() == 0.0
     pacer.note(3600.0)
     assert pacer.wait() == 30.0  # never past the tick
+
+
+def db_now(url: str) -> datetime:
+    return query(url, "SELECT clock_timestamp() AS t")[0]["t"]
+
+
+@pytest.mark.multiprocess
+def test_a_sleep_outlives_kill_9_of_the_orchestrator_and_a_deadline_missed_while_all_was_down_fires_at_once(database_url, procs):
+    env = service_env(database_url)
+    first = procs.orchestrator(env)
+    wait_for_log(first, "orchestrator running", timeout=30)
+    wf = (Workflow("durable").sleep("soon", seconds=4).sleep("later", seconds=6)
+          .node("after", f"{N}:echo", deps=["soon", "later"], inputs={"v": {"$from": "later.slept_until"}}))
+    run_id = queue_workflows.start_run(wf, {})
+    wake = {name: r["wake_at"] for name, r in rows(database_url, run_id).items()}
+    first.kill()  # -9 while both sleep
+    second = procs.orchestrator(env)
+    wait_for_log(second, "orchestrator running", timeout=30)
+    assert db_now(database_url) < wake["soon"], f"the new orchestrator led too late to time the wake-up\n{procs.logs()}"
+    soon = wait_until(lambda: (r := rows(database_url, run_id)["soon"])["status"] == "completed" and r, timeout=10,
+                      what=f"'soon' to wake\n{procs.logs()}")
+    assert timedelta(0) <= soon["finished_at"] - wake["soon"] < timedelta(milliseconds=500)
+    second.kill()  # -9 again: nothing runs while 'later' comes due
+    wait_until(lambda: db_now(database_url) > wake["later"] + timedelta(seconds=1), timeout=10, what="'later' to come due")
+    assert states(database_url, run_id)["later"] == "waiting"
+    third = procs.orchestrator(env)
+    wait_for_log(third, "orchestrator running", timeout=30)
+    leading = db_now(database_url)
+    later = wait_until(lambda: (r := rows(database_url, run_id)["later"])["status"] == "completed" and r, timeout=10,
+                       what=f"'later' to fire\n{procs.logs()}")
+    assert later["finished_at"] - leading < timedelta(seconds=1)  # at once, not a tick later
+    wait_workers_ready(database_url, [procs.worker(env, "cpu")])
+    status = wait_until(lambda: (s := queue_workflows.run_status(run_id))["status"] == "completed" and s, timeout=15,
+                        what=f"the run to finish\n{procs.logs()}")
+    assert status["nodes"]["after"]["output"]["echo"]["v"] == later["context_delta"]["slept_until"]
