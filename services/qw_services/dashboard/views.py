@@ -17,7 +17,7 @@ from queue_workflows.hw_metrics import latest as latest_host_metrics
 from queue_workflows.ops import admin
 from queue_workflows.ops.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
-from ..tables import age
+from ..tables import age, waiting_for
 from . import graph
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -71,6 +71,8 @@ def run_context(run_id: int) -> dict[str, Any] | None:
     if run is None:
         return None
     status = run_status(run_id)
+    for node in run["nodes"]:  # a sleep's wake time, an event wait's key and timeout
+        node["waits"] = waiting_for(status["nodes"].get(node["id"]) or {"status": None})
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
     return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
             "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id)}
