@@ -21,6 +21,57 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.qw_deliver_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    run_status text;  -- every column below is the trigger's to set, whatever the INSERT gave
+    taken bigint[];
+    finished record;
+BEGIN
+    NEW.error := NULL;
+    NEW.applied_to := NULL;
+    IF jsonb_typeof(NEW.payload) IS DISTINCT FROM 'object' THEN
+        NEW.error := format('an event payload must be a JSON object (it becomes the node''s output), not %s', jsonb_typeof(NEW.payload));
+    ELSIF NEW.event_key = '' THEN
+        NEW.error := 'an event key must not be empty';
+    ELSIF NEW.run_id IS NOT NULL THEN
+        SELECT status INTO run_status FROM workflow_runs WHERE id = NEW.run_id;
+        IF run_status IS DISTINCT FROM 'running' THEN
+            NEW.error := format('run %s is %s: it takes no events', NEW.run_id, coalesce(run_status, 'missing'));
+        END IF;
+    END IF;
+    IF NEW.error IS NULL THEN
+        WITH done AS (
+            UPDATE workflow_node_jobs n
+               SET status = 'completed', context_delta = NEW.payload, error = NULL,
+                   started_at = coalesce(n.started_at, n.created_at), finished_at = clock_timestamp(), updated_at = now()
+             WHERE n.status = 'waiting' AND n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id)
+               AND NOT EXISTS (SELECT 1 FROM workflow_events k
+                                WHERE k.status = 'kept' AND k.event_key = n.event_key
+                                  AND (k.run_id IS NULL OR k.run_id = n.run_id))
+            RETURNING n.id)
+        SELECT array_agg(id ORDER BY id) INTO taken FROM done;
+        IF taken IS NOT NULL THEN
+            NEW.status := 'applied';
+            NEW.applied_to := taken;
+            NEW.processed_at := now();
+            RETURN NEW;
+        END IF;
+        SELECT n.node_name, n.run_id, n.status INTO finished
+          FROM workflow_node_jobs n JOIN workflow_runs r ON r.id = n.run_id AND r.status = 'running'
+         WHERE n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id) AND n.status <> 'waiting'
+         ORDER BY n.id LIMIT 1;
+        IF FOUND THEN
+            NEW.error := format('node %L of run %s waiting on key %L is already %s', finished.node_name, finished.run_id, NEW.event_key, finished.status);
+        END IF;
+    END IF;
+    NEW.status := CASE WHEN NEW.error IS NULL THEN 'kept' ELSE 'rejected' END;
+    NEW.processed_at := CASE WHEN NEW.error IS NULL THEN NULL ELSE now() END;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -569,9 +620,7 @@ CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_
 
 CREATE INDEX workflow_dispatch_events_run_idx ON public.workflow_dispatch_events USING btree (run_id);
 
-CREATE INDEX workflow_events_open_key_idx ON public.workflow_events USING btree (event_key, id) WHERE (status = ANY (ARRAY['pending'::text, 'kept'::text]));
-
-CREATE INDEX workflow_events_pending_idx ON public.workflow_events USING btree (id) WHERE (status = 'pending'::text);
+CREATE INDEX workflow_events_kept_idx ON public.workflow_events USING btree (event_key, id) WHERE (status = 'kept'::text);
 
 CREATE INDEX workflow_events_run_idx ON public.workflow_events USING btree (run_id);
 
@@ -619,7 +668,9 @@ CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs F
 
 CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
 
-CREATE TRIGGER workflow_events_notify AFTER INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_notify_timer();
+CREATE TRIGGER workflow_events_deliver BEFORE INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_deliver_event();
+
+CREATE TRIGGER workflow_events_notify AFTER INSERT ON public.workflow_events FOR EACH ROW WHEN ((new.status = 'kept'::text)) EXECUTE FUNCTION public.qw_notify_timer();
 
 CREATE TRIGGER workflow_input_submissions_notify AFTER INSERT ON public.workflow_input_submissions FOR EACH ROW EXECUTE FUNCTION public.qw_notify_input_submission();
 

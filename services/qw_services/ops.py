@@ -11,7 +11,6 @@ import getpass
 import json
 import socket
 import sys
-import time
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +30,6 @@ from queue_workflows import (
 )
 from queue_workflows.control import commands as worker_control
 from queue_workflows.dag import InputNotAwaitedError, RunStateError
-from queue_workflows.dag.events import event_status
 from queue_workflows.errors import UnknownQueueError
 from queue_workflows.ops import admin
 
@@ -79,7 +77,6 @@ def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     event.add_argument("key")
     event.add_argument("payload", help='a JSON object, the waiting node\'s output, e.g. \'{"approved": true}\'')
     event.add_argument("--run", type=int, default=None, help="only this run's waiter")
-    event.add_argument("--wait", type=float, default=2.0, help="seconds to wait for the orchestrator's verdict (default 2; 0: do not wait)")
     event.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker", parents=parents, help="turn one (host, queue) worker on or off")
     worker.add_argument("switch", choices=("on", "off"))
@@ -146,28 +143,23 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _event(args: argparse.Namespace) -> int:
-    """Send it, then wait (a while) for the timekeeper's verdict: applied to which nodes, kept, or rejected and why."""
+    """Send it and print what became of it: applied to which nodes, kept for a node to come, or rejected and why."""
     try:
         payload = json.loads(args.payload)
     except ValueError as exc:
         raise InvalidPayloadError(f"the payload is not JSON: {exc}") from None
     try:
-        event_id = send_event(args.key, payload, run_id=args.run, requested_by=_operator())
+        row = send_event(args.key, payload, run_id=args.run, requested_by=_operator())
     except RunStateError as exc:
         raise admin.JobNotFoundError(str(exc)) from None
-    deadline = time.monotonic() + max(0.0, args.wait)
-    while (row := event_status(event_id))["status"] == "pending" and time.monotonic() < deadline:
-        time.sleep(0.05)
     if args.json:
         _dump(row)
     elif row["status"] == "applied":
-        print(f"event {event_id}: applied to node job(s) {', '.join(str(i) for i in row['applied_to'] or [])}")
+        print(f"event {row['id']}: applied to node job(s) {', '.join(str(i) for i in row['applied_to'])}")
     elif row["status"] == "kept":
-        print(f"event {event_id}: kept (no node waits on {args.key!r} yet: the first one to wait takes it)")
-    elif row["status"] == "rejected":
-        print(f"event {event_id}: rejected: {row['error']}")
+        print(f"event {row['id']}: kept (no node waits on {args.key!r} yet: the first one to wait takes it)")
     else:
-        print(f"event {event_id}: recorded (pending: no orchestrator has looked at it yet)")
+        print(f"event {row['id']}: rejected: {row['error']}")
     return EXIT_NOT_FOUND if row["status"] == "rejected" else 0
 
 

@@ -7,6 +7,7 @@ and checks a new one wakes the node on time (and fires a deadline missed while a
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -119,23 +120,37 @@ def test_a_reference_that_resolves_to_nonsense_fails_the_node_by_name(database_u
     assert queue_workflows.run_status(run_id)["status"] == "failed"
 
 
-def test_an_event_completes_its_waiting_node_and_later_ones_are_refused(database_url, conn):
+def test_an_event_completes_its_waiting_node_in_the_senders_transaction_and_later_ones_are_refused(database_url, conn):
     run_id = queue_workflows.start_run(approval(timeout=3600), {})
     status = queue_workflows.run_status(run_id)["nodes"]["approval"]
     assert (status["status"], status["event_key"]) == ("waiting", "order-7") and status["timeout_at"] is not None
-    first = send_event("order-7", {"approved": True}, requested_by="ann")
+    with psycopg.connect(database_url) as sender:  # not committed yet: nothing has happened
+        first = send_event("order-7", {"approved": True}, requested_by="ann", conn=sender)
+        assert first["status"] == "applied" and states(database_url, run_id)["approval"] == "waiting"
+    job = rows(database_url, run_id)["approval"]
+    assert (job["status"], job["context_delta"]) == ("completed", {"approved": True}) and first["applied_to"] == [job["id"]]
+    DispatchDrain().drain_once(conn)
+    assert rows(database_url, run_id)["ship"]["inputs"] == {"ok": True}
     second = send_event("order-7", {"approved": False}, run_id=run_id)
-    tick(conn)
-    done = rows(database_url, run_id)
-    assert (done["approval"]["status"], done["approval"]["context_delta"]) == ("completed", {"approved": True})
-    assert done["ship"]["inputs"] == {"ok": True}
-    assert event_status(first)["status"] == "applied" and event_status(first)["applied_to"] == [done["approval"]["id"]]
-    refused = event_status(second)
-    assert refused["status"] == "rejected"
-    assert refused["error"] == f"node 'approval' of run {run_id} waiting on key 'order-7' is already completed"
-    third = send_event("order-7", {"approved": False}, run_id=run_id)
-    tick(conn)
-    assert event_status(third)["status"] == "rejected" and rows(database_url, run_id)["approval"]["context_delta"] == {"approved": True}
+    assert (second["status"], second["error"]) == ("rejected", f"node 'approval' of run {run_id} waiting on key 'order-7' is already completed")
+    assert event_status(second["id"])["status"] == "rejected" and rows(database_url, run_id)["approval"]["context_delta"] == {"approved": True}
+
+
+def test_of_two_concurrent_events_the_first_to_commit_wins(database_url):
+    run_id = queue_workflows.start_run(approval(), {})
+    with psycopg.connect(database_url) as one, psycopg.connect(database_url) as two:
+        first = send_event("order-7", {"approved": "one"}, conn=one)
+        outcome = []
+        racer = threading.Thread(target=lambda: outcome.append(send_event("order-7", {"approved": "two"}, run_id=run_id, conn=two)))
+        racer.start()
+        wait_until(lambda: query(database_url, "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                                               "AND wait_event_type = 'Lock'")[0]["n"] == 1, timeout=10, what="the second event to wait")
+        one.commit()
+        racer.join(timeout=10)
+        two.commit()
+    assert first["status"] == "applied" and outcome[0]["status"] == "rejected"
+    assert outcome[0]["error"] == f"node 'approval' of run {run_id} waiting on key 'order-7' is already completed"
+    assert rows(database_url, run_id)["approval"]["context_delta"] == {"approved": "one"}
 
 
 def test_an_event_sent_before_the_node_is_reached_is_kept_for_it(database_url, conn):
@@ -145,13 +160,15 @@ def test_an_event_sent_before_the_node_is_reached_is_kept_for_it(database_url, c
     with psycopg.connect(database_url, autocommit=True) as anyone:  # plain SQL works too
         event_id = anyone.execute("INSERT INTO workflow_events (event_key, run_id, payload) VALUES ('order-9', %s, %s) RETURNING id",
                                   (run_id, '{"approved": "early"}')).fetchone()[0]
-    tick(conn)
     assert event_status(event_id)["status"] == "kept"
+    second = send_event("order-9", {"approved": "second"}, run_id=run_id)
+    assert second["status"] == "kept"
     complete(database_url, conn, run_id, "first", {"echo": {}})
     assert rows(database_url, run_id)["approval"]["event_key"] == "order-9"
     tick(conn)
-    assert rows(database_url, run_id)["approval"]["context_delta"] == {"approved": "early"}
+    assert rows(database_url, run_id)["approval"]["context_delta"] == {"approved": "early"}  # the first sent wins
     assert event_status(event_id)["status"] == "applied"
+    assert event_status(second["id"])["error"] == f"run {run_id} already took event {event_id} on key 'order-9'"
 
 
 def test_an_event_without_a_run_reaches_every_waiter_and_one_with_a_run_only_that_one(database_url, conn):
@@ -159,10 +176,8 @@ def test_an_event_without_a_run_reaches_every_waiter_and_one_with_a_run_only_tha
     b = queue_workflows.start_run(approval(), {})
     c = queue_workflows.start_run(approval(), {})
     send_event("order-7", {"approved": "c only"}, run_id=c)
-    tick(conn)
     assert [states(database_url, r)["approval"] for r in (a, b, c)] == ["waiting", "waiting", "completed"]
     send_event("order-7", {"approved": "all"})
-    tick(conn)
     assert [rows(database_url, r)["approval"]["context_delta"]["approved"] for r in (a, b, c)] == ["all", "all", "c only"]
 
 
@@ -191,8 +206,7 @@ def test_bad_events_are_refused_and_write_nothing(database_url, conn):
         with pytest.raises(error, match=message):
             send_event(key, payload, **kwargs)
     assert query(database_url, "SELECT count(*) AS n FROM workflow_events") == [{"n": 0}]
-    query(database_url, "INSERT INTO workflow_events (event_key, payload) VALUES ('order-7', '[1]')")  # plain SQL: refused later
-    tick(conn)
+    query(database_url, "INSERT INTO workflow_events (event_key, payload, status) VALUES ('order-7', '[1]', 'applied')")  # plain SQL
     [row] = query(database_url, "SELECT status, error FROM workflow_events")
     assert row == {"status": "rejected", "error": "an event payload must be a JSON object (it becomes the node's output), not array"}
     assert states(database_url, run_id)["approval"] == "waiting"
@@ -207,8 +221,7 @@ def test_cancel_cancels_waiting_nodes_refuses_their_events_and_restart_rearms_th
     assert before["approval"]["status"] == "waiting"
     assert sorted(cancel_run(run_id)["cancelled"]) == ["approval", "nap"]
     refused = send_event("order-7", {"approved": True}, run_id=run_id)
-    tick(conn)
-    assert event_status(refused)["error"] == f"run {run_id} is cancelled: it takes no events"
+    assert refused["error"] == f"run {run_id} is cancelled: it takes no events"
     assert sorted(restart_run(run_id)["reset"]) == ["approval", "nap"]
     after = rows(database_url, run_id)
     assert after["nap"]["status"] == after["approval"]["status"] == "waiting"
@@ -216,7 +229,6 @@ def test_cancel_cancels_waiting_nodes_refuses_their_events_and_restart_rearms_th
     assert after["approval"]["wake_at"] > before["approval"]["wake_at"]
     assert after["alarm"]["status"] == "completed"  # untouched: it had finished
     send_event("order-7", {"approved": "again"}, run_id=run_id)
-    tick(conn)
     assert rows(database_url, run_id)["approval"]["context_delta"] == {"approved": "again"}
 
 

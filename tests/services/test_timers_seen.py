@@ -4,10 +4,7 @@ wake time, the event key and the timeout; `qw event` sends an event and prints t
 from __future__ import annotations
 
 import json
-import threading
 import warnings
-from collections.abc import Iterator
-
 import pytest
 
 with warnings.catch_warnings():  # Starlette 1.x nudges towards httpx2; httpx still works
@@ -19,7 +16,6 @@ from procs import query
 
 import queue_workflows
 from queue_workflows import Workflow, config
-from queue_workflows.dag.timekeeper import Timekeeper
 from qw_services import cli
 from qw_services.dashboard.app import create_app
 
@@ -37,16 +33,6 @@ def held() -> Workflow:
             .wait_event("approval", key="order-7", timeout=3600, default={"approved": False}))
 
 
-@pytest.fixture
-def timekeeper(env) -> Iterator[None]:
-    stop = threading.Event()
-    thread = threading.Thread(target=Timekeeper(tick=0.2).run_forever, args=(stop,), daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join(timeout=5)
-
-
 def test_qw_run_shows_the_wake_time_the_key_and_the_timeout(env, capsys):
     run_id = queue_workflows.start_run(held(), {})
     timeout_at = queue_workflows.run_status(run_id)["nodes"]["approval"]["timeout_at"]
@@ -59,7 +45,7 @@ def test_qw_run_shows_the_wake_time_the_key_and_the_timeout(env, capsys):
     assert nodes["nap"]["wake_at"].startswith("2031-02-03 04:05:06") and nodes["approval"]["event_key"] == "order-7"
 
 
-def test_qw_event_prints_the_verdict_and_refuses_a_duplicate(env, capsys, timekeeper):
+def test_qw_event_prints_the_verdict_and_refuses_a_duplicate(env, capsys):
     run_id = queue_workflows.start_run(held(), {})
     assert cli.main(["event", "order-7", '{"approved": true}', "--run", str(run_id)]) == 0
     job_id = queue_workflows.run_status(run_id)["nodes"]["approval"]["job_id"]

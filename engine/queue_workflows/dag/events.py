@@ -1,13 +1,14 @@
-"""Events for wait_event nodes: `send_event` records one; the timekeeper matches events to waiting nodes.
+"""Events for wait_event nodes: `send_event` records one; it is delivered in the sender's transaction.
 
 An event is a row of `workflow_events` (migration 0038): a key, a JSON-object payload, and
 optionally the one run it is for. `send_event` checks it first, but a plain SQL INSERT works
-too; either way its trigger wakes the orchestrator's timekeeper, which in one transaction
-(`process_events`): refuses what the API would have refused and events for a run that has ended
-(`rejected`, with the reason); completes each node waiting on the key with the payload as its
-output (the 0013 trigger writes its outbox event, so dependants follow) and marks the event
-`applied`, the oldest event winning; keeps an event no node waits for yet (`kept`) for the node
-that will; and refuses one whose (run, key) already took an event or timed out.
+too: the insert trigger delivers it either way, in the sender's transaction (so it takes effect
+only if that commits, and the first of two concurrent events to commit wins). It completes each
+node waiting on the key with the payload as its output (the 0013 trigger writes its outbox
+event, so dependants follow) and is `applied`; is `rejected` with the reason (a payload that is
+not a JSON object, a run that has ended, a (run, key) that already took an event or timed out);
+or is `kept` for the node that will wait on its key. The orchestrator's timekeeper hands kept
+events to such nodes when they are reached (`process_events`), the oldest first.
 """
 
 from __future__ import annotations
@@ -28,17 +29,20 @@ log = logging.getLogger(__name__)
 
 _TIMERS = sqlfile.load("queue_workflows.dag", "timers.sql")
 
-CHANNEL = "qw_timer"  # the timekeeper's: a new event, a new deadline, a new waiter
+CHANNEL = "qw_timer"  # the timekeeper's: a new deadline, a new waiter, a kept event
 
 
 def send_event(key: str, payload: dict[str, Any], *, run_id: int | None = None, requested_by: str | None = None,
-               conn: db.Conn | None = None) -> int:
-    """Record an event on `key` (a JSON-object payload, the waiting node's output); returns its id.
+               conn: db.Conn | None = None) -> dict[str, Any]:
+    """Send an event on `key` (a JSON-object payload: the waiting node's output); returns its row, delivered.
 
     `run_id` narrows it to that run's waiter; without it, every node waiting on `key` takes it.
-    Refused, writing nothing: InvalidPayloadError for an empty or overlong key or a payload that
-    is not a JSON object (or too big); RunStateError for a run that does not exist. Whether the
-    event was applied, kept or rejected (and why) is on its row moments later: `event_status`.
+    The row says what became of it: `status` 'applied' (`applied_to`: the node job ids it
+    completed), 'kept' (no node waits on the key yet: the first to wait takes it) or 'rejected'
+    (`error` says why: the node already took an event, the run is cancelled, ...). With `conn`
+    it joins the caller's transaction and takes effect when that commits. Refused, writing
+    nothing: InvalidPayloadError for an empty or overlong key or a payload that is not a JSON
+    object (or too big); RunStateError for a run that does not exist.
     """
     check_text(key, what="event key", max_chars=MAX_NAME_CHARS)
     audit.check_requested_by(requested_by)
@@ -52,11 +56,13 @@ def send_event(key: str, payload: dict[str, Any], *, run_id: int | None = None, 
             raise RunStateError(f"no workflow run {run_id}")
         row = cur.execute(_TIMERS["event_insert"],
                           {"event_key": key, "run_id": run_id, "payload": body, "requested_by": requested_by}).fetchone()
-    return int(row["id"])
+    if row["status"] == "rejected":
+        log.info("event %s on key %r rejected: %s", row["id"], key, row["error"])
+    return dict(row)
 
 
 def event_status(event_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
-    """An event's row: status ('pending', 'kept', 'applied', 'rejected'), error, applied_to (node job ids), ..."""
+    """An event's row as it stands now (a kept event becomes applied when its node is reached)."""
     check_id(event_id, what="event id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_TIMERS["event_get"], {"id": event_id}).fetchone()
@@ -66,11 +72,9 @@ def event_status(event_id: int, *, conn: db.Conn | None = None) -> dict[str, Any
 
 
 def process_events(conn: db.Conn, *, limit: int = 500) -> bool:
-    """One pass over new events and waiters, in the caller's transaction; True when a batch came full (call again)."""
+    """Hand kept events to the nodes now waiting on their key (one statement); True when a batch came full (call again)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        refused = cur.execute(_TIMERS["event_reject_invalid"], {"limit": limit}).fetchall()
-        match = cur.execute(_TIMERS["event_match"], {"limit": limit}).fetchone()
-        sorted_out = cur.execute(_TIMERS["event_keep_or_refuse"], {"limit": limit}).fetchall()
-    for row in refused + [r for r in sorted_out if r["status"] == "rejected"]:
+        done = cur.execute(_TIMERS["event_process"], {"limit": limit}).fetchone()
+    for row in done["rejected"] or []:  # type: ignore[index]
         log.info("event %s rejected: %s", row["id"], row["error"])
-    return len(refused) >= limit or match["paired"] >= limit or len(sorted_out) >= limit
+    return bool(done["paired"] >= limit)  # type: ignore[index]

@@ -11,7 +11,6 @@ timekeeper that starts after a crash, or after everything was down, fires what i
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +23,6 @@ from queue_workflows.common.listening import run_listening
 from queue_workflows.dag import events
 
 _TIMERS = sqlfile.load("queue_workflows.dag", "timers.sql")
-
-log = logging.getLogger(__name__)
 
 
 class Pacer:
@@ -50,17 +47,15 @@ class Pacer:
         return max(0.0, min(self.tick, self._at - self.now_fn()))
 
 
-def fire_due(conn: db.Conn, *, limit: int = 500) -> list[dict[str, object]]:
-    """Complete due sleeps and time out due event waits, in the caller's transaction; returns the nodes fired."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return list(cur.execute(_TIMERS["timer_fire_due"], {"limit": limit}).fetchall())
+def fire_due(conn: db.Conn, *, limit: int = 500) -> tuple[int, float | None]:
+    """Complete due sleeps and time out due event waits, in the caller's transaction.
 
-
-def next_due(conn: db.Conn) -> float | None:
-    """Seconds (by the server's clock) until the earliest waiting deadline; negative when overdue, None when none."""
+    Returns how many fired, and the seconds (by the server's clock) until the next deadline:
+    negative when one is overdue, None when none waits.
+    """
     with conn.cursor(row_factory=dict_row) as cur:
-        value = cur.execute(_TIMERS["timer_next_due"]).fetchone()["due_in"]  # type: ignore[index]
-    return None if value is None else float(value)
+        row = cur.execute(_TIMERS["timer_fire_due"], {"limit": limit}).fetchone()
+    return int(row["fired"]), row["due_in"]  # type: ignore[index]
 
 
 class Timekeeper:
@@ -82,12 +77,10 @@ class Timekeeper:
     def once(self, conn: db.Conn) -> bool:
         """Events, then due deadlines; True when a batch came full (more is due now)."""
         more = events.process_events(conn, limit=self.batch_size)
-        fired = fire_due(conn, limit=self.batch_size)
-        self.fired += len(fired)
-        for node in fired:
-            log.debug("timer fired: run %s node %r -> %s", node["run_id"], node["node_name"], node["status"])
-        self.pacer.note(next_due(conn))
-        return more or len(fired) >= self.batch_size
+        fired, due_in = fire_due(conn, limit=self.batch_size)
+        self.fired += fired
+        self.pacer.note(due_in)
+        return more or fired >= self.batch_size
 
     def run_forever(self, stop_event: threading.Event | None = None) -> None:
         """Until stopped: woken by LISTEN qw_timer, and at the earliest deadline; rides out outages."""

@@ -1,6 +1,8 @@
 DROP TRIGGER IF EXISTS workflow_node_jobs_timer_notify_upd ON workflow_node_jobs;
 DROP TRIGGER IF EXISTS workflow_node_jobs_timer_notify_ins ON workflow_node_jobs;
 DROP TRIGGER IF EXISTS workflow_events_notify ON workflow_events;
+DROP TRIGGER IF EXISTS workflow_events_deliver ON workflow_events;
+DROP FUNCTION IF EXISTS qw_deliver_event();
 DROP FUNCTION IF EXISTS qw_notify_timer();
 DROP TABLE IF EXISTS workflow_events;
 -- A sleep or an event wait cannot outlive its columns: cancelled, like 0035's own down.
