@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+
 import pytest
 
 with warnings.catch_warnings():  # Starlette 1.x nudges towards httpx2; httpx still works

@@ -18,13 +18,13 @@ from __future__ import annotations
 from queue_workflows.dag.audit import run_actions
 from queue_workflows.dag.control import RunStateError, cancel_run, cancelled, reconcile_runs, restart_run, run_cancelled
 from queue_workflows.dag.definition import Node, Workflow, WorkflowValidationError
+from queue_workflows.dag.events import event_status, send_event
 from queue_workflows.dag.hooks import (
     set_invoke_context,
     set_node_module_package,
     set_node_resolver,
     set_workflow_provider,
 )
-from queue_workflows.dag.events import event_status, send_event
 from queue_workflows.dag.inputs import InputNotAwaitedError, submit_input
 from queue_workflows.dag.validate import validate
 
