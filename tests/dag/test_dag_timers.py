@@ -171,6 +171,16 @@ def test_an_event_sent_before_the_node_is_reached_is_kept_for_it(database_url, c
     assert event_status(second["id"])["error"] == f"run {run_id} already took event {event_id} on key 'order-9'"
 
 
+def test_a_kept_event_stays_ahead_of_one_sent_after_its_node_was_reached(database_url, conn):
+    kept = send_event("order-7", {"approved": "kept"})
+    run_id = queue_workflows.start_run(approval(), {})  # reached; the timekeeper has not looked yet
+    later = send_event("order-7", {"approved": "later"}, run_id=run_id)
+    assert (kept["status"], later["status"]) == ("kept", "kept") and states(database_url, run_id)["approval"] == "waiting"
+    tick(conn)
+    assert rows(database_url, run_id)["approval"]["context_delta"] == {"approved": "kept"}  # the first sent
+    assert event_status(later["id"])["error"] == f"run {run_id} already took event {kept['id']} on key 'order-7'"
+
+
 def test_an_event_without_a_run_reaches_every_waiter_and_one_with_a_run_only_that_one(database_url, conn):
     a = queue_workflows.start_run(approval(), {})
     b = queue_workflows.start_run(approval(), {})
