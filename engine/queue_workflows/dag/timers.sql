@@ -77,11 +77,13 @@ WITH pairs AS MATERIALIZED (
      WHERE n.status = 'waiting' AND n.event_key IS NOT NULL AND e.status = 'kept'
      ORDER BY n.id, e.id
      LIMIT %(limit)s
+), locked AS MATERIALIZED (  -- in id order, as the event trigger locks them: no deadlock
+    SELECT id FROM workflow_node_jobs WHERE id IN (SELECT job_id FROM pairs) ORDER BY id FOR UPDATE
 ), done AS (
     UPDATE workflow_node_jobs n
        SET status = 'completed', context_delta = p.payload, error = NULL,
            started_at = coalesce(n.started_at, n.created_at), finished_at = clock_timestamp(), updated_at = now()
-      FROM pairs p
+      FROM pairs p JOIN locked l ON l.id = p.job_id
      WHERE n.id = p.job_id AND n.status = 'waiting'
     RETURNING n.id, n.run_id, n.event_key, p.event_id
 ), applied AS (

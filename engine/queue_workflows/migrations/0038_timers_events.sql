@@ -62,14 +62,20 @@ BEGIN
         END IF;
     END IF;
     IF NEW.error IS NULL THEN
-        WITH done AS (
-            UPDATE workflow_node_jobs n
-               SET status = 'completed', context_delta = NEW.payload, error = NULL,
-                   started_at = coalesce(n.started_at, n.created_at), finished_at = clock_timestamp(), updated_at = now()
+        WITH target AS (  -- locked in id order, as every writer of several waiting nodes does: no deadlock
+            SELECT n.id FROM workflow_node_jobs n
              WHERE n.status = 'waiting' AND n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id)
                AND NOT EXISTS (SELECT 1 FROM workflow_events k
                                 WHERE k.status = 'kept' AND k.event_key = n.event_key
                                   AND (k.run_id IS NULL OR k.run_id = n.run_id))
+             ORDER BY n.id
+               FOR UPDATE OF n
+        ), done AS (
+            UPDATE workflow_node_jobs n
+               SET status = 'completed', context_delta = NEW.payload, error = NULL,
+                   started_at = coalesce(n.started_at, n.created_at), finished_at = clock_timestamp(), updated_at = now()
+              FROM target t
+             WHERE n.id = t.id AND n.status = 'waiting'
             RETURNING n.id)
         SELECT array_agg(id ORDER BY id) INTO taken FROM done;
         IF taken IS NOT NULL THEN
