@@ -61,6 +61,63 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.qw_deliver_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    run_status text;  -- every column below is the trigger's to set, whatever the INSERT gave
+    taken bigint[];
+    finished record;
+BEGIN
+    NEW.error := NULL;
+    NEW.applied_to := NULL;
+    IF jsonb_typeof(NEW.payload) IS DISTINCT FROM 'object' THEN
+        NEW.error := format('an event payload must be a JSON object (it becomes the node''s output), not %s', jsonb_typeof(NEW.payload));
+    ELSIF NEW.event_key = '' THEN
+        NEW.error := 'an event key must not be empty';
+    ELSIF NEW.run_id IS NOT NULL THEN
+        SELECT status INTO run_status FROM workflow_runs WHERE id = NEW.run_id;
+        IF run_status IS DISTINCT FROM 'running' THEN
+            NEW.error := format('run %s is %s: it takes no events', NEW.run_id, coalesce(run_status, 'missing'));
+        END IF;
+    END IF;
+    IF NEW.error IS NULL THEN
+        WITH target AS (  -- locked in id order, as every writer of several waiting nodes does: no deadlock
+            SELECT n.id FROM workflow_node_jobs n
+             WHERE n.status = 'waiting' AND n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id)
+               AND NOT EXISTS (SELECT 1 FROM workflow_events k
+                                WHERE k.status = 'kept' AND k.event_key = n.event_key
+                                  AND (k.run_id IS NULL OR k.run_id = n.run_id))
+             ORDER BY n.id
+               FOR UPDATE OF n
+        ), done AS (
+            UPDATE workflow_node_jobs n
+               SET status = 'completed', context_delta = NEW.payload, error = NULL,
+                   started_at = coalesce(n.started_at, n.created_at), finished_at = clock_timestamp(), updated_at = now()
+              FROM target t
+             WHERE n.id = t.id AND n.status = 'waiting'
+            RETURNING n.id)
+        SELECT array_agg(id ORDER BY id) INTO taken FROM done;
+        IF taken IS NOT NULL THEN
+            NEW.status := 'applied';
+            NEW.applied_to := taken;
+            NEW.processed_at := now();
+            RETURN NEW;
+        END IF;
+        SELECT n.node_name, n.run_id, n.status INTO finished
+          FROM workflow_node_jobs n JOIN workflow_runs r ON r.id = n.run_id AND r.status = 'running'
+         WHERE n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id) AND n.status <> 'waiting'
+         ORDER BY n.id LIMIT 1;
+        IF FOUND THEN
+            NEW.error := format('node %L of run %s waiting on key %L is already %s', finished.node_name, finished.run_id, NEW.event_key, finished.status);
+        END IF;
+    END IF;
+    NEW.status := CASE WHEN NEW.error IS NULL THEN 'kept' ELSE 'rejected' END;
+    NEW.processed_at := CASE WHEN NEW.error IS NULL THEN NULL ELSE now() END;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -85,6 +142,15 @@ CREATE FUNCTION public.qw_notify_job_revoked() RETURNS trigger
     AS $$
 BEGIN
     PERFORM pg_notify('qw_job_revoked', OLD.id || ':' || OLD.claimed_by);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_timer() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('qw_timer', TG_TABLE_NAME);
     RETURN NULL;
 END
 $$;
@@ -282,6 +348,8 @@ CREATE TABLE public.workflow_node_jobs (
     wall_seconds double precision,
     unassignable_reason text,
     batch_suspect boolean DEFAULT false NOT NULL,
+    wake_at timestamp with time zone,
+    event_key text,
     retry_policy jsonb,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -425,6 +493,29 @@ CREATE SEQUENCE public.workflow_dispatch_events_id_seq
 
 ALTER SEQUENCE public.workflow_dispatch_events_id_seq OWNED BY public.workflow_dispatch_events.id;
 
+CREATE TABLE public.workflow_events (
+    id bigint NOT NULL,
+    event_key text NOT NULL,
+    run_id bigint,
+    payload jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    error text,
+    applied_to bigint[],
+    requested_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    processed_at timestamp with time zone,
+    CONSTRAINT workflow_events_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'kept'::text, 'applied'::text, 'rejected'::text])))
+);
+
+CREATE SEQUENCE public.workflow_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_events_id_seq OWNED BY public.workflow_events.id;
+
 CREATE TABLE public.workflow_input_submissions (
     id bigint NOT NULL,
     run_id bigint NOT NULL,
@@ -517,6 +608,8 @@ ALTER TABLE ONLY public.job_events ALTER COLUMN id SET DEFAULT nextval('public.j
 
 ALTER TABLE ONLY public.workflow_dispatch_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_dispatch_events_id_seq'::regclass);
 
+ALTER TABLE ONLY public.workflow_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_events_id_seq'::regclass);
+
 ALTER TABLE ONLY public.workflow_input_submissions ALTER COLUMN id SET DEFAULT nextval('public.workflow_input_submissions_id_seq'::regclass);
 
 ALTER TABLE ONLY public.workflow_node_jobs ALTER COLUMN id SET DEFAULT nextval('public.workflow_node_jobs_id_seq'::regclass);
@@ -564,6 +657,9 @@ ALTER TABLE ONLY public.worker_heartbeats
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.workflow_events
+    ADD CONSTRAINT workflow_events_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.workflow_input_submissions
     ADD CONSTRAINT workflow_input_submissions_pkey PRIMARY KEY (id);
 
@@ -601,11 +697,17 @@ CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_
 
 CREATE INDEX workflow_dispatch_events_run_idx ON public.workflow_dispatch_events USING btree (run_id);
 
+CREATE INDEX workflow_events_kept_idx ON public.workflow_events USING btree (event_key, id) WHERE (status = 'kept'::text);
+
+CREATE INDEX workflow_events_run_idx ON public.workflow_events USING btree (run_id);
+
 CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submissions USING btree (status, id) WHERE (status = ANY (ARRAY['pending'::text, 'processing'::text]));
 
 CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
 
 CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+
+CREATE INDEX workflow_node_jobs_event_key_idx ON public.workflow_node_jobs USING btree (event_key) WHERE (event_key IS NOT NULL);
 
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 
@@ -622,6 +724,8 @@ CREATE INDEX workflow_node_jobs_run_idx ON public.workflow_node_jobs USING btree
 CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
+
+CREATE INDEX workflow_node_jobs_wake_idx ON public.workflow_node_jobs USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
 
 CREATE INDEX workflow_run_actions_run_idx ON public.workflow_run_actions USING btree (run_id, id);
 
@@ -642,6 +746,10 @@ CREATE TRIGGER ingest_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.
 CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
 CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
+
+CREATE TRIGGER workflow_events_deliver BEFORE INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_deliver_event();
+
+CREATE TRIGGER workflow_events_notify AFTER INSERT ON public.workflow_events FOR EACH ROW WHEN ((new.status = 'kept'::text)) EXECUTE FUNCTION public.qw_notify_timer();
 
 CREATE TRIGGER workflow_input_submissions_notify AFTER INSERT ON public.workflow_input_submissions FOR EACH ROW EXECUTE FUNCTION public.qw_notify_input_submission();
 
@@ -665,10 +773,17 @@ CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON 
 
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
+CREATE TRIGGER workflow_node_jobs_timer_notify_ins AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)))) EXECUTE FUNCTION public.qw_notify_timer();
+
+CREATE TRIGGER workflow_node_jobs_timer_notify_upd AFTER UPDATE OF status, wake_at, event_key ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)) AND ((old.status IS DISTINCT FROM new.status) OR (old.wake_at IS DISTINCT FROM new.wake_at) OR (old.event_key IS DISTINCT FROM new.event_key)))) EXECUTE FUNCTION public.qw_notify_timer();
+
 CREATE TRIGGER workflow_runs_child_ended AFTER UPDATE OF status ON public.workflow_runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_child_run_ended();
 
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_events
+    ADD CONSTRAINT workflow_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.workflow_input_submissions
     ADD CONSTRAINT workflow_input_submissions_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
@@ -803,6 +918,17 @@ GRANT SELECT,USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_work
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_scheduler;
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_events TO qw_worker;
+GRANT SELECT ON TABLE public.workflow_events TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_events TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_events TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_events TO qw_scheduler;
+
+GRANT ALL ON SEQUENCE public.workflow_events_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_dashboard;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_scheduler;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_input_submissions TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_input_submissions TO qw_orchestrator;

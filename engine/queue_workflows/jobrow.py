@@ -102,6 +102,8 @@ class NodeJob(JobRow):
     retry_policy: dict[str, Any] | None = None  # timeout, retry_backoff, retry_on, no_retry_on (common/retry_policy.py)
     context_delta: dict[str, Any] | None = None
     unassignable_reason: str | None = None
+    wake_at: datetime | None = None  # a sleep's deadline or an event wait's timeout (dag/timers.py); never on a claimed row
+    event_key: str | None = None  # what an event wait waits for
 
     table: ClassVar[str] = "workflow_node_jobs"
 

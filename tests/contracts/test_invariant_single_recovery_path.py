@@ -8,6 +8,7 @@ import pathlib
 import re
 
 import pytest
+from procs import wait_until
 
 import queue_workflows
 from queue_workflows import db, node_queue, register_ingest_task
@@ -36,8 +37,8 @@ def test_a_live_session_keeps_its_job_and_a_dropped_one_loses_it_at_once(databas
     job = node_queue.claim_ingest_job("fetch", Claimant("w", 7001))
     assert reclaim.reclaim_orphans() == []
     assert status(conn, job["id"]) == "running"
-    session.close()  # the worker process died: Postgres drops its lock
-    reclaimed = reclaim.reclaim_orphans()
+    session.close()  # the worker process died: Postgres drops its lock once the backend has ended
+    reclaimed = wait_until(reclaim.reclaim_orphans, timeout=10, what="the dropped session's job reclaimed")
     assert [(r["id"], r["status"], r["lost_by"]) for r in reclaimed] == [(job["id"], "queued", "w")]
     after = conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()
     assert (after["claimed_by"], after["claim_lock_key"], after["lease_expires_at"]) == (None, None, None)

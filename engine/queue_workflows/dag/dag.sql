@@ -42,7 +42,7 @@ SELECT * FROM workflow_runs WHERE id = %(run_id)s;
 
 -- name: dag_run_nodes
 SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, error, required_model,
-       created_at, started_at, finished_at
+       created_at, started_at, finished_at, wake_at, event_key
   FROM workflow_node_jobs
  WHERE run_id = %(run_id)s
  ORDER BY finished_at NULLS LAST, id;

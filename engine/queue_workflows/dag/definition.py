@@ -41,11 +41,14 @@ def check_workflow_name(name: object) -> str:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
 POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node's own timeout and retry policy (common/retry_policy.py)
+# A sleep's or an event wait's own keys (dag/timers.py); on a wait_event `timeout` is how long it waits.
+TIMER_KEYS = ("for", "until", "key", "timeout", "default")
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
-                       "workflow", *POLICY_KEYS})
+                       "workflow", *POLICY_KEYS, *TIMER_KEYS})
+TIMER_KINDS = ("sleep", "wait_event")  # held 'waiting' by the orchestrator's timekeeper, no worker
 # An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
 # starts a child run of `workflow` (a name for the provider, or a definition) and waits for it (dag/child.py).
-KINDS = ("task", "input", "workflow")
+KINDS = ("task", "input", "workflow", *TIMER_KINDS)
 
 
 def callable_spec(call: Any) -> Any:
@@ -80,6 +83,7 @@ class Node:
     retry_on: Any = None
     no_retry_on: Any = None
     workflow: Any = None  # a "workflow" node's child: a name or a definition
+    timer: Any = field(default_factory=dict)  # the TIMER_KEYS given to a sleep or wait_event node
 
     @property
     def is_input(self) -> bool:
@@ -90,8 +94,12 @@ class Node:
         return self.kind == "workflow"
 
     @property
+    def is_timer(self) -> bool:
+        return self.kind in TIMER_KINDS
+
+    @property
     def runs_code(self) -> bool:
-        return self.kind not in ("input", "workflow")
+        return self.kind not in ("input", "workflow", *TIMER_KINDS)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -107,6 +115,7 @@ class Node:
         data.update((key, getattr(self, key)) for key in POLICY_KEYS if getattr(self, key) is not None)
         if self.workflow is not None:
             data["workflow"] = self.workflow
+        data.update(self.timer)
         return data
 
 
@@ -164,6 +173,26 @@ class Workflow:
                                kind="workflow", workflow=child))
         return self
 
+    def sleep(self, id: str, *, seconds: Any = None, until: Any = None, deps: Iterable[str] = (),  # noqa: A002
+              skip_if: Any = None) -> Workflow:
+        """A node that completes `seconds` after it is reached, or at `until` (ISO 8601); no worker is held."""
+        given = {"for": seconds, "until": until}
+        return self._timer(id, "sleep", {k: v for k, v in given.items() if v is not None}, deps, skip_if)
+
+    def wait_event(self, id: str, *, key: Any, timeout: Any = None, default: Any = None, deps: Iterable[str] = (),  # noqa: A002
+                   skip_if: Any = None) -> Workflow:
+        """A node that completes with the payload of the first event sent to `key` (`send_event`).
+
+        After `timeout` seconds it completes with `default` (a JSON object) or, without one, fails.
+        """
+        given = {"key": key, "timeout": timeout, "default": default}
+        return self._timer(id, "wait_event", {k: v for k, v in given.items() if v is not None}, deps, skip_if)
+
+    def _timer(self, id: str, kind: str, timer: dict[str, Any], deps: Iterable[str], skip_if: Any) -> Workflow:  # noqa: A002
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        self.nodes.append(Node(id, None, deps=deps_tuple, skip_if=skip_if, kind=kind, timer=timer))
+        return self
+
     def by_id(self) -> dict[str, Node]:
         return {n.id: n for n in self.nodes}
 
@@ -201,8 +230,9 @@ class Workflow:
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
-                    **{key: raw.get(key) for key in POLICY_KEYS},
+                    **{key: raw.get(key) for key in POLICY_KEYS if not (key == "timeout" and raw.get("kind") in TIMER_KINDS)},
                     workflow=raw.get("workflow"),
+                    timer={k: raw[k] for k in TIMER_KEYS if k in raw and (k != "timeout" or raw.get("kind") in TIMER_KINDS)},
                 )
             )
         return cls(name, nodes)

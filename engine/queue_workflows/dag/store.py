@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.dag import child, dispatcher, hooks, refs
+from queue_workflows.dag import child, dispatcher, hooks, refs, timers
 from queue_workflows.dag.definition import Workflow, WorkflowValidationError
 from queue_workflows.dag.validate import check_start_refs, node_policy, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
@@ -110,6 +110,12 @@ def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) 
     return refs.Scope(context=run["context"] or {}, outputs=outputs, node_ids=frozenset(wf.by_id()))
 
 
+def read_scope(cur: Any, run_id: int, wf: Workflow) -> refs.Scope:
+    """The run's scope as its (dict-row) cursor's transaction sees it."""
+    rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
+    return scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None])
+
+
 def advance_run(conn: db.Conn, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
     """Lock the run, decide its next step from its node rows, and write it. None: nothing to do here.
 
@@ -147,7 +153,7 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
     if hit is None:
         definition = cur.execute(_DAG["dag_run_definition"], {"run_id": run["id"]}).fetchone()["definition"]
         wf = Workflow.from_dict(definition)
-        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if))
+        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if) or timers.scoped(n))
         hit = _PARSED[key] = Parsed(wf, topological_order(wf), scoped, dispatcher.dependants(wf))
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
@@ -181,8 +187,7 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: li
 
     def scope() -> refs.Scope:
         if not loaded:
-            rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
-            loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
+            loaded.append(read_scope(cur, run_id, wf))
         return loaded[0]
 
     def scope_of(node_id: str) -> refs.Scope:
@@ -218,8 +223,12 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
            started: list[int]) -> None:
     nodes = wf.by_id()
     params = []
+    held = []
     for node_id, status in [(n, JobStatus.QUEUED) for n in step.enqueue] + [(n, JobStatus.SKIPPED) for n in step.skip]:
         node = nodes[node_id]
+        if status == JobStatus.QUEUED and node.is_timer:  # a sleep or an event wait: 'waiting', the timekeeper's
+            held.append(timers.row(run, node, scope_of(node_id)))
+            continue
         if status == JobStatus.QUEUED and node.is_input:
             status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
         elif status == JobStatus.QUEUED and node.is_child:
@@ -233,6 +242,8 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)
+    if held:
+        timers.insert_waiting(cur, held)
     for node_id in step.enqueue:
         if nodes[node_id].is_child and (child_id := child.start(cur, run, nodes[node_id], scope_of(node_id))) is not None:
             started.append(child_id)
@@ -260,9 +271,9 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
         rows = cur.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
         children = {r["parent_node"]: r for r in cur.execute(_CHILD["child_runs_of"], {"run_id": run_id}).fetchall()}
     by_name = {r["node_name"]: r for r in rows}
-    names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
+    kinds = {n["id"]: n.get("kind", "task") for n in (run["definition"] or {}).get("nodes", [])}
     nodes = {}
-    for name in names:
+    for name in list(kinds) or list(by_name):
         row = by_name.get(name)
         nodes[name] = {
             "status": row["status"] if row else "pending",
@@ -274,6 +285,7 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
         }
         if name in children:  # a child workflow node: the run it started
             nodes[name].update(child_run_id=children[name]["id"], child_status=children[name]["status"])
+        nodes[name].update(timers.status_fields(kinds.get(name), row))
     wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
     info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at",
                                 "parent_run_id", "parent_node", "depth")}

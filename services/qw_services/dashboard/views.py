@@ -17,7 +17,7 @@ from queue_workflows.hw_metrics import latest as latest_host_metrics
 from queue_workflows.ops import admin
 from queue_workflows.ops.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
-from ..tables import age
+from ..tables import age, waiting_for
 from . import graph
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -71,7 +71,8 @@ def run_context(run_id: int) -> dict[str, Any] | None:
     if run is None:
         return None
     status = run_status(run_id)
-    for node in run["nodes"]:  # a child workflow node links to the run it started
+    for node in run["nodes"]:  # a child node links to its run; a sleep shows its wake time, an event wait its key and timeout
+        node["waits"] = waiting_for(status["nodes"].get(node["id"]) or {"status": None})
         started = status["nodes"].get(node["id"], {})
         if started.get("child_run_id") is not None:
             node.update(child_run_id=started["child_run_id"], child_status=started["child_status"])
