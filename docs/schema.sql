@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0035 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0037 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -220,7 +220,13 @@ CREATE TABLE public.workflow_node_jobs (
     wall_seconds double precision,
     unassignable_reason text,
     batch_suspect boolean DEFAULT false NOT NULL,
+    map_node text,
+    map_index integer,
+    map_total integer,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
+    CONSTRAINT workflow_node_jobs_map_index_check CHECK ((map_index >= 0)),
+    CONSTRAINT workflow_node_jobs_map_item_check CHECK (((map_node IS NULL) = (map_index IS NULL))),
+    CONSTRAINT workflow_node_jobs_map_total_check CHECK ((map_total >= 0)),
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
     CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))
@@ -537,6 +543,10 @@ CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submiss
 CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
 
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
+
+CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
+
+CREATE INDEX workflow_node_jobs_map_open_idx ON public.workflow_node_jobs USING btree (run_id, map_node, status) WHERE ((map_node IS NOT NULL) AND (status <> 'completed'::text));
 
 CREATE INDEX workflow_node_jobs_model_claim_idx ON public.workflow_node_jobs USING btree (queue, required_model, priority DESC, id) WHERE (status = 'queued'::text);
 

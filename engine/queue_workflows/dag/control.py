@@ -106,7 +106,8 @@ def restart_run(run_id: int, *, requested_by: str | None = None, conn: db.Conn |
         stale = cur.execute(_DAG["dag_reject_stale_submissions"],
                             {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
         input_steps = [n.id for n in wf.nodes if n.is_input]
-        reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps}).fetchall()
+        maps = [n.id for n in wf.nodes if n.is_map]
+        reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps, "maps": maps}).fetchall()
         step = store.advance_run(cur.connection, run_id)
         detail = f"was {run['status']}" + (f"; {len(stale)} unapplied input answer(s) rejected" if stale else "")
         audit.record(cur, run_id, "restart", requested_by=requested_by, detail=detail)

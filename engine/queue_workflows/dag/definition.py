@@ -40,7 +40,8 @@ def check_workflow_name(name: object) -> str:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind"})
-KINDS = ("task", "input")  # an "input" node runs nothing: it waits for a submitted value (awaiting_input)
+MAP_KEYS = frozenset({"over", "item_input", "max_parallel", "allow_failures"})  # only a "map" node takes these (dag/map.py)
+KINDS = ("task", "input", "map")  # "input" runs nothing: it waits for a submitted value; "map" runs `call` once per item of `over`
 
 
 def callable_spec(call: Any) -> Any:
@@ -70,10 +71,18 @@ class Node:
     max_attempts: Any = 3
     budget_seconds: Any = None
     kind: Any = "task"
+    over: Any = None
+    item_input: Any = "item"
+    max_parallel: Any = None
+    allow_failures: Any = False
 
     @property
     def is_input(self) -> bool:
         return self.kind == "input"
+
+    @property
+    def is_map(self) -> bool:
+        return self.kind == "map"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -86,6 +95,8 @@ class Node:
             data["budget_seconds"] = self.budget_seconds
         if self.kind != "task":
             data["kind"] = self.kind
+        if self.is_map:
+            data.update(over=self.over, item_input=self.item_input, max_parallel=self.max_parallel, allow_failures=self.allow_failures)
         return data
 
 
@@ -118,6 +129,34 @@ class Workflow:
         )
         return self
 
+    def map(
+        self,
+        id: str,  # noqa: A002 - the public keyword, as workflow files name it
+        call: str | Callable[..., Any],
+        *,
+        over: Any,
+        item_input: str = "item",
+        max_parallel: int | None = None,
+        allow_failures: bool = False,
+        queue: str = "cpu",
+        model: str | None = None,
+        deps: Iterable[str] = (),
+        inputs: Mapping[str, Any] | None = None,
+        skip_if: Any = None,
+        max_attempts: int = 3,
+        budget_seconds: float | None = None,
+    ) -> Workflow:
+        """Add a map node: `call` runs once per item of `over` (a list or a `$from` reference), the item as `item_input`.
+
+        `max_attempts` and `budget_seconds` are per item; the node's output is `{"items": [...]}` in item order.
+        """
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        self.nodes.append(
+            Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
+                 "map", over, item_input, max_parallel, allow_failures)
+        )
+        return self
+
     def by_id(self) -> dict[str, Node]:
         return {n.id: n for n in self.nodes}
 
@@ -136,8 +175,10 @@ class Workflow:
         for index, raw in enumerate(raw_nodes):
             if not isinstance(raw, Mapping):
                 raise WorkflowValidationError(f"workflow {name!r}: node #{index} must be a mapping, not {type(raw).__name__}")
-            unknown = sorted(set(raw) - NODE_KEYS)
+            unknown = sorted(set(raw) - NODE_KEYS - (MAP_KEYS if raw.get("kind") == "map" else frozenset()))
             label = raw.get("id", f"#{index}")
+            if unknown and set(unknown) <= MAP_KEYS:
+                raise WorkflowValidationError(f"workflow {name!r}: node {label!r}: {', '.join(unknown)} only apply to a map node (\"kind\": \"map\")")
             if unknown:
                 raise WorkflowValidationError(f"workflow {name!r}: node {label!r} has unknown key(s) {', '.join(unknown)}")
             if "call" in raw and "module" in raw:
@@ -155,6 +196,10 @@ class Workflow:
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
+                    over=raw.get("over"),
+                    item_input=raw.get("item_input", "item"),
+                    max_parallel=raw.get("max_parallel"),
+                    allow_failures=raw.get("allow_failures", False),
                 )
             )
         return cls(name, nodes)

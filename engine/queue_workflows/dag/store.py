@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import dispatcher, hooks, refs
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.dag.validate import topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
@@ -116,11 +117,12 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
     if run is None or not run["has_definition"] or run["status"] in TERMINAL_RUN:
         return None
     wf, order, scoped, depending = _parsed(cur, run)
+    nodes = wf.by_id()
     loaded: list[refs.Scope] = []
 
     def scope() -> refs.Scope:
         if not loaded:
-            rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
+            rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id, "names": order}).fetchall()
             loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
         return loaded[0]
 
@@ -130,9 +132,23 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
         except refs.Unresolved as exc:
             raise refs.Unresolved(f"node {node.id!r} skip_if: {exc.path}") from None
 
+    stepped: dict[str, str | None] = {}  # maps whose items ended: each moves once, before the graph does
+    for name in completed or ():
+        parent = mapping.map_of(name)
+        if parent is not None and parent not in stepped and parent in nodes and nodes[parent].is_map:
+            stepped[parent] = mapping.step(cur, run_id, nodes[parent])
+    if completed is not None and JobStatus.FAILED not in stepped.values():
+        completed = [n for n in completed if n in nodes] + [m for m, ended in stepped.items() if ended == JobStatus.COMPLETED]
+    else:
+        completed = None
     if completed is None:
-        states = {r["node_name"]: r["status"] for r in cur.execute(_DAG["dag_run_states"], {"run_id": run_id}).fetchall()}
+        states = {r["node_name"]: r["status"] for r in cur.execute(_DAG["dag_node_states"], {"run_id": run_id, "names": order}).fetchall()}
+        for node_id in order:  # an item that failed for good, a restart's held items: every waiting map moves
+            if nodes[node_id].is_map and node_id not in stepped and states.get(node_id) == JobStatus.WAITING:
+                states[node_id] = mapping.step(cur, run_id, nodes[node_id]) or JobStatus.WAITING
         step = dispatcher.advance(wf, states, should_skip, order=order)
+    elif not completed:
+        return dispatcher.Step()  # only items moved: the graph did not
     else:
         def states_of(names: set[str]) -> dict[str, str]:
             rows = cur.execute(_DAG["dag_node_states"], {"run_id": run_id, "names": sorted(names)}).fetchall()
@@ -140,7 +156,7 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None = None) -> d
 
         step = dispatcher.advance_after(wf, completed, states_of, should_skip, order=order, depending=depending)
         if not step.enqueue:  # only now can the run be over: count what is done, skips included
-            done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id}).fetchone()["n"]
+            done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id, "names": order}).fetchone()["n"]
             if done + len(step.skip) == len(wf.nodes):
                 step.run_status = "completed"
     _apply(cur, run, wf, step, lambda node_id: scope() if node_id in scoped else refs.Scope())
@@ -154,6 +170,8 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
         node = nodes[node_id]
         if status == JobStatus.QUEUED and node.is_input:
             status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
+        if status == JobStatus.QUEUED and node.is_map:
+            status = JobStatus.WAITING  # the map's row waits for its items; only they are claimed
         inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id)) if status != JobStatus.SKIPPED else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
@@ -163,6 +181,9 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)
+        for node_id in step.enqueue:
+            if nodes[node_id].is_map:
+                mapping.step(cur, run["id"], nodes[node_id])  # its end, if at once (an empty list), is an outbox event
     if step.cancel:
         reason = f"cancelled: run {run['id']} failed ({step.error})"
         cur.execute(_DAG["dag_cancel_nodes"], {"run_id": run["id"], "names": step.cancel, "reason": reason})
@@ -171,15 +192,21 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
 
 
 def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
-    """The run and every node of its definition: status ('pending' before it exists), attempts, output, error."""
+    """The run and every node of its definition: status ('pending' before it exists), attempts, output, error.
+
+    A map node also has `"map": {"total", "done", "running", "failed", "queued"}`; its items are never listed as nodes.
+    """
     check_id(run_id, what="run id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
         run = cur.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
-        rows = cur.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
-    by_name = {r["node_name"]: r for r in rows}
-    names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
+        wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        rows = _node_rows(cur, run, wf)
+        by_name = {r["node_name"]: r for r in rows}
+        maps = {n.id: (by_name[n.id]["map_total"] if n.id in by_name else None) for n in wf.nodes if n.is_map}
+        progress = mapping.progress(cur, run_id, maps) if maps else {}
+    names = [n.id for n in wf.nodes] or list(by_name)
     nodes = {}
     for name in names:
         row = by_name.get(name)
@@ -191,20 +218,27 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
             "job_id": row["id"] if row else None,
             "queue": row["queue"] if row else None,
         }
-    wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        if name in progress:
+            nodes[name]["map"] = progress[name]
     info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at")}
     info["context"] = scope_for(run, wf, rows).merged()
     info["nodes"] = nodes
     return info
 
 
+def _node_rows(cur: Any, run: Mapping[str, Any], wf: Workflow) -> list[dict[str, Any]]:
+    """The rows of a run's definition nodes (by name when it has a definition), never a map's items."""
+    if wf.nodes:
+        return list(cur.execute(_DAG["dag_run_nodes_named"], {"run_id": run["id"], "names": [n.id for n in wf.nodes]}).fetchall())
+    return list(cur.execute(_DAG["dag_run_nodes"], {"run_id": run["id"]}).fetchall())
+
+
 def load_run_scope(run_id: int, *, url: str | None = None) -> tuple[dict[str, Any], refs.Scope]:
     """For the worker: the run row and the scope its node's late references resolve in."""
-    with db.connect(autocommit=True, url=url) as c:
-        run = c.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
+    with db.connect(autocommit=True, url=url) as c, c.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
-        rows = c.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
-    wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        rows = _node_rows(cur, run, wf)
     return run, scope_for(run, wf, rows)
-

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from queue_workflows import config
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag import refs
 from queue_workflows.dag.definition import KINDS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, resolve_callable
@@ -43,6 +44,7 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
         raise WorkflowValidationError(f"workflow {name!r}: cycle: {' -> '.join(cycle)}")
     for node in wf.nodes:
         _check_refs(name, node)
+    mapping.check_maps(wf)
 
     check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:
@@ -68,7 +70,7 @@ def _check_node(name: str, node: Node) -> None:
     if node.id in RESERVED_IDS:
         raise WorkflowValidationError(f"{where}: the id {node.id!r} is reserved: {{'$from': '{node.id}.x'}} reads the run's context")
     if node.kind not in KINDS:
-        raise WorkflowValidationError(f"{where}: kind must be 'task' or 'input', not {node.kind!r}")
+        raise WorkflowValidationError(f"{where}: kind must be one of {', '.join(map(repr, KINDS))}, not {node.kind!r}")
     if node.is_input:
         if node.call is not None:
             raise WorkflowValidationError(f"{where}: an input step runs nothing: give it no 'call' (got {node.call!r})")
