@@ -175,3 +175,28 @@ def test_the_data_form_takes_the_map_keys_only_on_a_map(database_url):
     assert wf.nodes[0].max_parallel == 2 and wf.nodes[0].allow_failures is True
     with pytest.raises(WorkflowValidationError, match="node 't': over only apply to a map node"):
         Workflow.from_dict({"name": "d", "nodes": [{"id": "t", "call": f"{M}:square", "over": [1]}]})
+
+
+def test_cancel_then_restart_keeps_completed_items_and_runs_the_rest_within_the_window(database_url, conn, monkeypatch):
+    monkeypatch.setenv("QW_DATABASE_URL", database_url)  # the items record their executions
+    wf = (Workflow("again").map("m", f"{M}:square", over=list(range(6)), inputs={"record": True}, max_parallel=2)
+          .node("sum", f"{M}:total", deps=["m"], inputs={"items": {"$from": "m.items"}}))
+    run_id = queue_workflows.start_run(wf, {})
+    work(database_url, conn, run_id, limit=2)  # items 0 and 1 complete; 2 and 3 are queued
+    before = {r["map_index"]: (r["id"], r["status"]) for r in items(database_url, run_id)}
+    assert before == {0: (before[0][0], "completed"), 1: (before[1][0], "completed"), 2: (before[2][0], "queued"), 3: (before[3][0], "queued")}
+    cancelled = queue_workflows.cancel_run(run_id)
+    assert sorted(cancelled["cancelled"]) == ["m", "m[2]", "m[3]"]
+    drain(conn)
+    assert {r["map_index"]: r["status"] for r in items(database_url, run_id)} == {0: "completed", 1: "completed", 2: "cancelled", 3: "cancelled"}
+    assert queue_workflows.run_status(run_id)["nodes"]["m"]["map"] == {"total": 6, "done": 2, "running": 0, "failed": 2, "queued": 2}
+    restarted = queue_workflows.restart_run(run_id)
+    assert sorted(restarted["reset"]) == ["m", "m[2]", "m[3]"]
+    assert {r["map_index"]: r["status"] for r in items(database_url, run_id)} == {0: "completed", 1: "completed", 2: "queued", 3: "queued"}
+    status = run_to_end(database_url, conn, run_id, limit=1, live_bound=2)
+    assert status["status"] == "completed"
+    assert [i["sq"] for i in status["nodes"]["m"]["output"]["items"]] == [i * i for i in range(6)]
+    after = {r["map_index"]: r["id"] for r in items(database_url, run_id)}
+    assert after[0] == before[0][0] and after[2] == before[2][0]  # rows reused, never duplicated
+    ran = sorted(r["token"] for r in query(database_url, "SELECT token FROM test_executions"))
+    assert ran == sorted(f"item:{i}" for i in range(6))  # completed items never ran again
