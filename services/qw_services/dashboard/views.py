@@ -72,8 +72,9 @@ def run_context(run_id: int) -> dict[str, Any] | None:
         return None
     status = run_status(run_id)
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
+    maps = {name: node["map"] for name, node in status["nodes"].items() if node.get("map")}  # items are not drawn: their progress is
     return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
-            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id)}
+            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id), "maps": maps}
 
 
 def runs_context(status: str | None) -> dict[str, Any]:
