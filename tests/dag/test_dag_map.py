@@ -73,6 +73,7 @@ def test_a_map_runs_once_per_item_and_the_fan_in_gets_the_outputs_in_item_order(
     assert [i["sq"] for i in status["nodes"]["m"]["output"]["items"]] == [i * i + 1 for i in range(12)]
     assert status["nodes"]["sum"]["output"] == {"sum": sum(i * i + 1 for i in range(12)), "n": 12}
     assert set(status["nodes"]) == {"src", "m", "sum"}  # items are never listed as nodes
+    assert "sq" not in status["context"]  # nor merged into the run's scope
     assert status["nodes"]["m"]["map"] == {"total": 12, "done": 12, "running": 0, "failed": 0, "queued": 0}
 
 
@@ -200,3 +201,20 @@ def test_cancel_then_restart_keeps_completed_items_and_runs_the_rest_within_the_
     assert after[0] == before[0][0] and after[2] == before[2][0]  # rows reused, never duplicated
     ran = sorted(r["token"] for r in query(database_url, "SELECT token FROM test_executions"))
     assert ran == sorted(f"item:{i}" for i in range(6))  # completed items never ran again
+
+
+@pytest.mark.soak
+def test_a_100000_item_map_expands_in_sql_and_stays_out_of_run_status(database_url, conn):
+    n = 100_000
+    wf = Workflow("wide").map("m", f"{M}:square", over={"$from": "context.ids"}, queue="gpu", model="unserved")
+    run_id = queue_workflows.start_run(wf, {"ids": list(range(n))})  # a root map: start_run expands it, in its own transaction
+    shape = query(database_url, "SELECT count(*) AS n, min(map_index) AS lo, max(map_index) AS hi, count(DISTINCT node_name) AS names,"
+                                " max(inputs ->> 'item')::int AS last FROM workflow_node_jobs WHERE map_node = 'm'")[0]
+    assert shape == {"n": n, "lo": 0, "hi": n - 1, "names": n, "last": n - 1}
+    status = queue_workflows.run_status(run_id)
+    assert list(status["nodes"]) == ["m"]
+    assert status["nodes"]["m"]["map"] == {"total": n, "done": 0, "running": 0, "failed": 0, "queued": n}
+    cancelled = queue_workflows.cancel_run(run_id)
+    assert len(cancelled["cancelled"]) == n + 1
+    drain(conn)
+    assert query(database_url, "SELECT count(*) AS n FROM workflow_node_jobs WHERE status <> 'cancelled'") == [{"n": 0}]
