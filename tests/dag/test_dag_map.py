@@ -158,6 +158,7 @@ def test_over_that_is_not_a_list_at_run_time_fails_the_map_with_a_clear_error(da
     ([1], {"item_input": "not an id"}, "item_input must be a parameter name"),
     ([1], {"item_input": "offset"}, "item_input 'offset' is also one of its inputs"),
     ([1], {"allow_failures": "yes"}, "allow_failures must be true or false"),
+    ({"$from": "src.i\x00ds"}, {}, "over[\"$from\"] contains a NUL character"),
 ])
 def test_a_malformed_map_is_refused_naming_the_node_and_key_and_writes_nothing(database_url, over, kw, message):
     wf = (Workflow("w").node("src", f"{M}:ids").node("other", f"{M}:ids")

@@ -69,11 +69,11 @@ def check_maps(wf: Workflow) -> None:
 
 def _check_over(where: str, node: Node, upstream: set[str]) -> None:
     over = node.over
+    try:  # a literal list, a path or a default: Postgres stores neither NUL nor a lone surrogate
+        check_json_tree(over, what=f"{where}: over", max_nodes=config.current().settings.max_payload_bytes)
+    except InvalidPayloadError as exc:
+        raise WorkflowValidationError(str(exc)) from None
     if isinstance(over, list):
-        try:
-            check_json_tree(over, what=f"{where}: over", max_nodes=config.current().settings.max_payload_bytes)
-        except InvalidPayloadError as exc:
-            raise WorkflowValidationError(str(exc)) from None
         return
     usage = "a list, or {'$from': 'node.key'} naming a list in an upstream node's output or the run's context"
     if not isinstance(over, Mapping) or "$from" not in over or set(over) - {"$from", "default"}:
