@@ -145,3 +145,5 @@ def test_run_shows_a_maps_progress_as_done_running_failed_of_n(env, capsys, conn
     assert cli.main(["run", str(run_id)]) == 0
     out = capsys.readouterr().out
     assert "1/1/0 of 5 done/running/failed" in out and "m[0]" not in out
+    [listed] = _json(capsys, ["runs"])
+    assert (listed["nodes_started"], listed["active"], listed["completed"]) == (1, 1, 0)  # the map's row, not its items
