@@ -219,3 +219,32 @@ def test_a_100000_item_map_expands_in_sql_and_stays_out_of_run_status(database_u
     assert len(cancelled["cancelled"]) == n + 1
     drain(conn)
     assert query(database_url, "SELECT count(*) AS n FROM workflow_node_jobs WHERE status <> 'cancelled'") == [{"n": 0}]
+
+
+def test_a_gpu_map_runs_on_a_gpu_worker_with_its_model_loaded_once(database_url, conn):
+    import threading
+
+    import qw_demo.nodes as demo
+    from queue_workflows.testing import wait_until
+    from queue_workflows.worker.claim import ClaimWorker
+
+    demo.register_models()  # what the gpu worker's registrar does at start
+    wf = Workflow("embed").map("m", "qw_demo.nodes:embed", over=["queues", "maps", "gpus"], item_input="text", queue="gpu", model="demo-embed")
+    run_id = queue_workflows.start_run(wf, {})
+    worker, stop = ClaimWorker("gpu"), threading.Event()
+    drain = threading.Thread(target=DispatchDrain().run_forever, args=(stop,), daemon=True)
+    drain.start()
+    try:
+        def finished() -> bool:
+            worker.drain()
+            return queue_workflows.run_status(run_id)["status"] != "running"
+
+        wait_until(finished, timeout=30, what="the gpu map")
+    finally:
+        stop.set()
+        drain.join(timeout=5)
+        worker.session.close()
+    status = queue_workflows.run_status(run_id)
+    assert status["status"] == "completed" and [i["warm_model"] for i in status["nodes"]["m"]["output"]["items"]] == [True] * 3
+    hits = [r["model_hit"] for r in query(database_url, "SELECT model_hit FROM workflow_node_jobs WHERE map_node = 'm' ORDER BY finished_at")]
+    assert hits == [False, True, True]  # loaded for the first item, warm for the rest
