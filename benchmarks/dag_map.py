@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bench = Bench(url, procs, args.workers)
             idle = psutil.Process(bench.orchestrator.pid).memory_info().rss
+            bench.independent(200, timeout=120)  # warm-up: the first claims of fresh workers are not the baseline's to pay
             solo_walls, map_walls = [], []
             for _ in range(args.rounds):  # alternated: a neighbour's load on a shared box falls on both sides
                 solo_wall, solo = bench.independent(n, timeout=600)
