@@ -562,6 +562,8 @@ CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING b
 
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
 
+CREATE INDEX workflow_node_jobs_waiting_maps_idx ON public.workflow_node_jobs USING btree (run_id) WHERE ((status = 'waiting'::text) AND (map_total IS NOT NULL));
+
 CREATE INDEX workflow_run_actions_run_idx ON public.workflow_run_actions USING btree (run_id, id);
 
 CREATE INDEX workflow_runs_active_idx ON public.workflow_runs USING btree (status) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text]));

@@ -248,3 +248,21 @@ def test_a_gpu_map_runs_on_a_gpu_worker_with_its_model_loaded_once(database_url,
     assert status["status"] == "completed" and [i["warm_model"] for i in status["nodes"]["m"]["output"]["items"]] == [True] * 3
     hits = [r["model_hit"] for r in query(database_url, "SELECT model_hit FROM workflow_node_jobs WHERE map_node = 'm' ORDER BY finished_at")]
     assert hits == [False, True, True]  # loaded for the first item, warm for the rest
+
+
+def test_reconcile_moves_a_map_whose_last_item_event_was_lost(database_url, conn):
+    from queue_workflows.dag.control import reconcile_runs
+
+    wf = fan(3)
+    run_id = queue_workflows.start_run(wf, {})
+    work(database_url, conn, run_id)  # src; the 3 items are queued
+    for row in items(database_url, run_id):
+        node_queue.mark_completed(row["id"], testing.run_node_row(row).result.obj, conn=conn)
+    query(database_url, "DELETE FROM workflow_dispatch_events WHERE processed_at IS NULL")  # lost, as by a hand-deleted row
+    assert node(database_url, run_id, "m")["status"] == "waiting"
+    assert reconcile_runs(conn) == [run_id]
+    conn.commit()
+    assert node(database_url, run_id, "m")["status"] == "completed"
+    status = run_to_end(database_url, conn, run_id)
+    assert status["status"] == "completed" and status["nodes"]["sum"]["output"]["n"] == 3
+    assert reconcile_runs(conn) == []  # a map with live items, or a finished run, is left alone

@@ -33,6 +33,7 @@ from psycopg.rows import dict_row
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import audit, store
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.errors import QueueWorkflowsError
 from queue_workflows.payloads import check_id, check_note, clean_text
@@ -118,7 +119,7 @@ _reconcile_failures: dict[int, int] = {}  # run id -> sweeps in a row whose step
 
 
 def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None = None) -> list[int]:
-    """Advance every stalled running run (no live node, no pending event) once; returns their ids.
+    """Advance every stalled running run (no live node, or a waiting map with no live item, and no pending event) once; returns their ids.
 
     Each run is advanced in a savepoint, so one whose step raises does not stop the others (one
     log line, no traceback: the error is deterministic more often than not); after `max_attempts`
@@ -128,7 +129,8 @@ def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None 
     limit_attempts = max_attempts or config.current().settings.dispatch_max_attempts
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        for row in cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall():
+        stalled = cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall() + mapping.stalled_runs(cur, limit=limit)
+        for row in stalled:
             try:
                 with conn.transaction():
                     step = store.advance_run(conn, row["id"])

@@ -162,6 +162,11 @@ def _fail(cur: Any, parent: Mapping[str, Any], error: str) -> str:
     return JobStatus.FAILED
 
 
+def stalled_runs(cur: Any, *, limit: int) -> list[dict[str, Any]]:
+    """Running runs (locked, skipping busy ones) with a waiting map that no item event will move: its step's event was lost."""
+    return list(cur.execute(_MAP["map_stalled_runs"], {"limit": limit}).fetchall())
+
+
 def progress(cur: Any, run_id: int, totals: Mapping[str, int | None]) -> dict[str, dict[str, int]]:
     """Each map's items by state, `{"total", "done", "running", "failed", "queued"}` (queued: not started yet)."""
     rows = {r["map_node"]: r for r in cur.execute(_MAP["map_progress"], {"run_id": run_id, "nodes": list(totals)}).fetchall()}

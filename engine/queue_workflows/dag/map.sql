@@ -118,3 +118,21 @@ SELECT map_node,
   FROM workflow_node_jobs
  WHERE run_id = %(run_id)s AND map_node = ANY(%(nodes)s::text[])
  GROUP BY map_node;
+
+-- name: map_stalled_runs
+-- For the reconcile sweep: a waiting map none of whose items is live, in a run with no pending
+-- event (both seen in one snapshot), moves only if its step runs again (an item's event lost).
+-- `<> 'completed'` again lets the live-items probe use the partial index of open items.
+SELECT r.id
+  FROM workflow_runs r
+ WHERE r.id IN (SELECT p.run_id FROM workflow_node_jobs p
+                 WHERE p.status = 'waiting' AND p.map_total IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM workflow_node_jobs i
+                                    WHERE i.run_id = p.run_id AND i.map_node = p.node_name AND i.status <> 'completed'
+                                      AND i.status IN ('scheduled', 'queued', 'running')))
+   AND r.status = 'running' AND r.poisoned_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM workflow_dispatch_events e
+                    WHERE e.run_id = r.id AND e.processed_at IS NULL AND e.poisoned_at IS NULL)
+ ORDER BY r.id
+ LIMIT %(limit)s
+   FOR UPDATE OF r SKIP LOCKED;

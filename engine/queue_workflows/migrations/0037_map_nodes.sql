@@ -12,3 +12,6 @@ CREATE INDEX workflow_node_jobs_map_items_idx ON workflow_node_jobs (run_id, map
 -- A window step counts only the items not completed yet: at most the window, not the map's width.
 CREATE INDEX workflow_node_jobs_map_open_idx ON workflow_node_jobs (run_id, map_node, status)
     WHERE map_node IS NOT NULL AND status <> 'completed';
+-- The reconcile sweep finds waiting maps without reading the table: there are few at any time.
+CREATE INDEX workflow_node_jobs_waiting_maps_idx ON workflow_node_jobs (run_id)
+    WHERE status = 'waiting' AND map_total IS NOT NULL;
