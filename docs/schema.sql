@@ -348,10 +348,16 @@ CREATE TABLE public.workflow_node_jobs (
     wall_seconds double precision,
     unassignable_reason text,
     batch_suspect boolean DEFAULT false NOT NULL,
+    map_node text,
+    map_index integer,
+    map_total integer,
     wake_at timestamp with time zone,
     event_key text,
     retry_policy jsonb,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
+    CONSTRAINT workflow_node_jobs_map_index_check CHECK ((map_index >= 0)),
+    CONSTRAINT workflow_node_jobs_map_item_check CHECK (((map_node IS NULL) = (map_index IS NULL))),
+    CONSTRAINT workflow_node_jobs_map_total_check CHECK ((map_total >= 0)),
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
     CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
@@ -711,6 +717,10 @@ CREATE INDEX workflow_node_jobs_event_key_idx ON public.workflow_node_jobs USING
 
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 
+CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
+
+CREATE INDEX workflow_node_jobs_map_open_idx ON public.workflow_node_jobs USING btree (run_id, map_node, status) WHERE ((map_node IS NOT NULL) AND (status <> 'completed'::text));
+
 CREATE INDEX workflow_node_jobs_model_claim_idx ON public.workflow_node_jobs USING btree (queue, required_model, priority DESC, id) WHERE (status = 'queued'::text);
 
 CREATE INDEX workflow_node_jobs_model_hits_idx ON public.workflow_node_jobs USING btree (required_model, finished_at DESC) WHERE model_hit;
@@ -724,6 +734,8 @@ CREATE INDEX workflow_node_jobs_run_idx ON public.workflow_node_jobs USING btree
 CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
+
+CREATE INDEX workflow_node_jobs_waiting_maps_idx ON public.workflow_node_jobs USING btree (run_id) WHERE ((status = 'waiting'::text) AND (map_total IS NOT NULL));
 
 CREATE INDEX workflow_node_jobs_wake_idx ON public.workflow_node_jobs USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
 

@@ -104,6 +104,9 @@ class NodeJob(JobRow):
     unassignable_reason: str | None = None
     wake_at: datetime | None = None  # a sleep's deadline or an event wait's timeout (dag/timers.py); never on a claimed row
     event_key: str | None = None  # what an event wait waits for
+    map_node: str | None = None  # on a map's item: the map it belongs to (dag/map.py)
+    map_index: int | None = None  # ... and its place in the map's list
+    map_total: int | None = None  # on a map's own row: the length of its list
 
     table: ClassVar[str] = "workflow_node_jobs"
 

@@ -290,8 +290,15 @@ def nodes_table(nodes: dict[str, dict[str, Any]]) -> Table:
     for name, n in nodes.items():
         waits = waiting_for(n)
         detail = [waits] if waits else (n["error"] or "").strip().splitlines()[-1:] if n["error"] else [json.dumps(n["output"], default=str)[:80] if n["output"] is not None else ""]
+        if n.get("map"):  # a map's items are not rows of this table: its progress stands in for its (long) output
+            detail = [map_progress(n["map"]) + (f"; {detail[0]}" if n["error"] and detail else "")]
         table.add_row(name, n["status"], str(n["attempts"]), n["queue"] or "-", f"run:{n['child_run_id']}" if n.get("child_run_id") else f"node:{n['job_id']}" if n["job_id"] else "-", (detail or [""])[0][:80])
     return table
+
+
+def map_progress(progress: dict[str, int]) -> str:
+    """A map node's items as `done/running/failed of N`."""
+    return f"{progress['done']}/{progress['running']}/{progress['failed']} of {progress['total']} done/running/failed"
 
 
 def actions_table(actions: list[dict[str, Any]]) -> Table:

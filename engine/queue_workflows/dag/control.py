@@ -38,6 +38,7 @@ from psycopg.rows import dict_row
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
 from queue_workflows.dag import audit, store, timers
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.errors import QueueWorkflowsError
 from queue_workflows.payloads import check_id, check_note, clean_text
@@ -124,7 +125,8 @@ def _restart(cur: Any, run_id: int, requested_by: str | None, why: str) -> dict[
                         {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
     input_steps = [n.id for n in wf.nodes if n.is_input]
     child_nodes = [n.id for n in wf.nodes if n.is_child]
-    reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps, "held": child_nodes}).fetchall()
+    maps = [n.id for n in wf.nodes if n.is_map]
+    reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps, "held": child_nodes, "maps": maps}).fetchall()
     nodes = wf.by_id()
     timed = [nodes[r["node_name"]] for r in reset if r["node_name"] in nodes and nodes[r["node_name"]].is_timer]
     if timed:  # a reset sleep or event wait waits again (dag/timers.py says how its deadline restarts)
@@ -165,7 +167,8 @@ def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None 
     backoff = {"max_attempts": limit_attempts, "backoff_base": backoff_base, "backoff_max": backoff_max}
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        for row in cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall():
+        stalled = cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall() + mapping.stalled_runs(cur, limit=limit)
+        for row in stalled:
             try:
                 with conn.transaction():
                     if row["status"] == "queued":

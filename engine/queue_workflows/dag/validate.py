@@ -9,6 +9,7 @@ from typing import Any
 
 from queue_workflows import config
 from queue_workflows.common import retry_policy
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag import refs, timers
 from queue_workflows.dag.definition import KINDS, POLICY_KEYS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, load_definition, resolve_callable, resolve_ref
@@ -54,6 +55,7 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
         check_upstream_refs(wf, node, node.skip_if, "skip_if", graph=graph)
         for key in timers.REFERENCED:  # a sleep's or event wait's own keys read the graph as inputs do
             check_upstream_refs(wf, node, (node.timer or {}).get(key), repr(key), graph=graph)
+    mapping.check_maps(wf)
 
     check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:

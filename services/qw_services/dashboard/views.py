@@ -78,8 +78,9 @@ def run_context(run_id: int) -> dict[str, Any] | None:
             node.update(child_run_id=started["child_run_id"], child_status=started["child_status"])
     parent = {"id": status["parent_run_id"], "node": status["parent_node"]} if status.get("parent_run_id") is not None else None
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
+    maps = {name: node["map"] for name, node in status["nodes"].items() if node.get("map")}  # items are not drawn: their progress is
     return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
-            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id), "parent": parent}
+            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id), "parent": parent, "maps": maps}
 
 
 def runs_context(status: str | None) -> dict[str, Any]:
