@@ -266,3 +266,12 @@ def test_reconcile_moves_a_map_whose_last_item_event_was_lost(database_url, conn
     status = run_to_end(database_url, conn, run_id)
     assert status["status"] == "completed" and status["nodes"]["sum"]["output"]["n"] == 3
     assert reconcile_runs(conn) == []  # a map with live items, or a finished run, is left alone
+
+
+def test_each_item_carries_the_maps_timeout_and_retry_policy(database_url, conn):
+    wf = Workflow("policy").map("m", f"{M}:square", over=[1, 2, 3], timeout=30, retry_on=["OSError"],
+                                retry_backoff={"base": 2, "max": 8})
+    run_id = queue_workflows.start_run(wf, {})
+    parent = node(database_url, run_id, "m")["retry_policy"]
+    assert parent is not None and parent["retry_on"] == ["OSError"] and parent["timeout"] == 30
+    assert [i["retry_policy"] for i in items(database_url, run_id)] == [parent] * 3
