@@ -42,7 +42,7 @@ def check_workflow_name(name: object) -> str:
 
 POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node's own timeout and retry policy (common/retry_policy.py)
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
-                       "workflow", *POLICY_KEYS})
+                       "workflow", "concurrency_key", *POLICY_KEYS})
 # An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
 # starts a child run of `workflow` (a name for the provider, or a definition) and waits for it (dag/child.py).
 KINDS = ("task", "input", "workflow")
@@ -80,6 +80,7 @@ class Node:
     retry_on: Any = None
     no_retry_on: Any = None
     workflow: Any = None  # a "workflow" node's child: a name or a definition
+    concurrency_key: Any = None  # its job's key under a flow limit (docs/flow_control.md)
 
     @property
     def is_input(self) -> bool:
@@ -107,6 +108,8 @@ class Node:
         data.update((key, getattr(self, key)) for key in POLICY_KEYS if getattr(self, key) is not None)
         if self.workflow is not None:
             data["workflow"] = self.workflow
+        if self.concurrency_key is not None:
+            data["concurrency_key"] = self.concurrency_key
         return data
 
 
@@ -134,6 +137,7 @@ class Workflow:
         retry_backoff: Mapping[str, float] | None = None,
         retry_on: Iterable[str] | None = None,
         no_retry_on: Iterable[str] | None = None,
+        concurrency_key: str | None = None,
     ) -> Workflow:
         """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`).
 
@@ -143,7 +147,7 @@ class Workflow:
         self.nodes.append(
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "input" if input is True else "task" if input is False else input, timeout=timeout, retry_backoff=retry_backoff,
-                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on))
+                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on), concurrency_key=concurrency_key)
         )
         return self
 
@@ -203,6 +207,7 @@ class Workflow:
                     kind=raw.get("kind", "task"),
                     **{key: raw.get(key) for key in POLICY_KEYS},
                     workflow=raw.get("workflow"),
+                    concurrency_key=raw.get("concurrency_key"),
                 )
             )
         return cls(name, nodes)

@@ -4,7 +4,9 @@
 
 -- name: claim_job
 -- {plan} and {routing} are empty, or for a gpu worker the fixed `gpu_claim_plan` and
--- `gpu_routing` fragments below.
+-- `gpu_routing` fragments below. The flow_limits lines are the admission (docs/flow_control.md):
+-- on a queue with no limit each is one probe of an empty index, paid once per claim; otherwise
+-- a candidate must be open (qw_flow_open) and the trigger qw_flow_admit has the last word.
 {plan}UPDATE {table} AS j
    SET status = 'running',
        claimed_by = %(worker_id)s,
@@ -12,11 +14,13 @@
        attempts = j.attempts + 1,
        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        started_at = now(),
-       updated_at = now()
+       updated_at = now(),
+       flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
  WHERE j.id = (
         SELECT c.id
           FROM {table} AS c
          WHERE c.status = 'queued' AND c.queue = %(queue)s {routing}
+           AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) OR qw_flow_open(c))
          ORDER BY {order_by}
            FOR UPDATE SKIP LOCKED
          LIMIT 1)

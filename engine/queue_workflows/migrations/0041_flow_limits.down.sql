@@ -1,0 +1,14 @@
+DROP TRIGGER IF EXISTS ingest_jobs_flow_admit ON ingest_jobs;
+DROP TRIGGER IF EXISTS workflow_node_jobs_flow_admit ON workflow_node_jobs;
+DROP FUNCTION IF EXISTS qw_flow_admit();
+DROP FUNCTION IF EXISTS qw_flow_open(ingest_jobs);
+DROP FUNCTION IF EXISTS qw_flow_open(workflow_node_jobs);
+DROP FUNCTION IF EXISTS qw_flow_scope(ingest_jobs);
+DROP FUNCTION IF EXISTS qw_flow_scope(workflow_node_jobs);
+DROP FUNCTION IF EXISTS qw_flow_open(text, text, text, jsonb);
+DROP FUNCTION IF EXISTS qw_flow_key_of(text, jsonb, text);
+DROP FUNCTION IF EXISTS qw_flow_scope(text, text);
+ALTER TABLE ingest_jobs DROP COLUMN IF EXISTS concurrency_key, DROP COLUMN IF EXISTS flow_scope, DROP COLUMN IF EXISTS flow_key;
+ALTER TABLE workflow_node_jobs DROP COLUMN IF EXISTS concurrency_key, DROP COLUMN IF EXISTS flow_scope, DROP COLUMN IF EXISTS flow_key;
+DROP TABLE IF EXISTS flow_keys;
+DROP TABLE IF EXISTS flow_limits;
