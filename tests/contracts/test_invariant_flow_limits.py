@@ -220,3 +220,23 @@ def test_a_worker_role_admits_jobs_but_cannot_change_limits(database_url, worker
         assert node_queue.claim_ingest_job("fetch", Claimant("w", 1), conn=worker)["id"] == job
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             worker.execute("UPDATE flow_limits SET max_running = 9")
+
+
+def test_a_claim_waits_for_an_uncommitted_admission_of_its_key_then_counts_it(database_url):
+    set_flow_limit("fetch", max_running=1, key_path="args.basin")
+    (warm,) = _enqueue("a")
+    assert _claim()["id"] == warm  # the key's flow_keys row now exists: no insert to wait on below
+    query(database_url, "UPDATE ingest_jobs SET status = 'completed' WHERE id = %s", (warm,))
+    _enqueue("a", n=2)
+    result: list[dict | None] = []
+    with psycopg.connect(database_url, row_factory=dict_row) as first, psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as second:
+        assert node_queue.claim_ingest_job("fetch", Claimant("first", 1), conn=first) is not None  # admitted, not committed
+        thread = threading.Thread(target=lambda: result.append(node_queue.claim_ingest_job("fetch", Claimant("second", 1), conn=second)))
+        thread.start()
+        wait_until(lambda: query(database_url, "SELECT count(*) AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                                               "WHERE NOT l.granted AND a.datname = current_database()")[0]["n"] > 0,
+                   timeout=5, what="the second claim to wait for the key's turn")
+        first.commit()
+        thread.join(timeout=10)
+    assert result == [None], "the second claim admitted a job beside the first's uncommitted one"
+    assert _running(database_url) == {"a": 1}
