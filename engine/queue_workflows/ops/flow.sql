@@ -33,7 +33,7 @@ WITH running AS (
 SELECT k.queue, k.scope AS task, k.key, coalesce(r.n, 0) AS running, l.max_running,
        CASE WHEN l.rate_count IS NOT NULL THEN
             round(least(l.rate_count, coalesce(k.tokens, l.rate_count)
-                        + extract(epoch FROM clock_timestamp() - coalesce(k.refilled_at, clock_timestamp())) * l.rate_count / l.rate_seconds)::numeric, 2)
+                        + extract(epoch FROM clock_timestamp() - coalesce(k.refilled_at, clock_timestamp())) * l.rate_count / l.rate_seconds)::numeric, 2)::float8
        END AS tokens,
        l.rate_count, l.rate_seconds
   FROM keyed AS k
