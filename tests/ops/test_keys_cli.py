@@ -32,7 +32,7 @@ def test_set_list_status_and_clear(env, capsys):
     assert cli.main(["keys", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert {(k["key"], k["running"], k["max_running"]) for k in listed["keys"]} == {("a", 1, 1), ("b", 1, 1)}
-    assert all(k["tokens"] is not None and k["tokens"] <= 4 for k in listed["keys"])
+    assert all(k["tokens"] is not None and 0 <= k["tokens"] <= 5 and k["rate_count"] == 5 for k in listed["keys"])
     assert cli.main(["keys"]) == 0
     assert "1/1" in capsys.readouterr().out
     assert cli.main(["status"]) == 0
