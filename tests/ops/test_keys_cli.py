@@ -49,3 +49,14 @@ def test_a_bad_limit_exits_2_naming_it_and_changes_nothing(env, capsys):
     assert cli.main(["keys", "set", "fetch", "--rate", "ten/s"]) == 2
     assert "rate 'ten/s' is not 'N/interval'" in capsys.readouterr().err
     assert query(env, "SELECT max_running, rate_count FROM flow_limits") == [{"max_running": 2, "rate_count": None}]
+
+
+def test_the_dashboard_queues_panel_shows_keys_against_their_limits(env):
+    from queue_workflows.ops.flow import set_flow_limit
+    from qw_services.dashboard import views
+
+    set_flow_limit("fetch", max_running=2, rate="10/s", key_path="args.basin")
+    node_queue.enqueue_ingest_job("noop", "fetch", {"basin": "rhine"})
+    assert node_queue.claim_ingest_job("fetch", Claimant("w", 1)) is not None
+    html = views.panels(views.make_templates())["queues"]
+    assert 'data-key="rhine"' in html and "1 / 2" in html and "per 1.0s" in html
