@@ -240,3 +240,13 @@ def test_a_claim_waits_for_an_uncommitted_admission_of_its_key_then_counts_it(da
         thread.join(timeout=10)
     assert result == [None], "the second claim admitted a job beside the first's uncommitted one"
     assert _running(database_url) == {"a": 1}
+
+
+def test_a_gpu_claim_admits_by_key_too(database_url):
+    set_flow_limit("gpu", max_running=1)
+    first, second = (node_queue.enqueue_node_job(f"g{i}", "gpu", node_module="qw_test_nodes", required_model="m-a",
+                                                 concurrency_key="k", check_callable=False) for i in range(2))
+    other = node_queue.enqueue_node_job("g3", "gpu", node_module="qw_test_nodes", required_model="m-b", concurrency_key="j", check_callable=False)
+    claimed = [node_queue.claim_node_job("gpu", Claimant("gw", 1), current_model="m-a") for _ in range(3)]
+    assert [c["id"] if c else None for c in claimed] == [first["id"], other["id"], None]
+    assert query(database_url, "SELECT status, attempts FROM workflow_node_jobs WHERE id = %s", (second["id"],)) == [{"status": "queued", "attempts": 0}]
