@@ -79,7 +79,7 @@ def _run_with_kills(url: str, procs: Procs, *, basins: int, per_basin: int, slee
 
 
 def test_eight_workers_with_kill_9_never_pass_a_key_limit(database_url: str, procs: Procs) -> None:
-    _run_with_kills(database_url, procs, basins=3, per_basin=8, sleep=0.3, kills=1)
+    _run_with_kills(database_url, procs, basins=2, per_basin=6, sleep=0.3, kills=1)
 
 
 @pytest.mark.soak
