@@ -116,10 +116,24 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION public.qw_flow_key_of(p_key text, p_payload jsonb, p_path text) RETURNS text
-    LANGUAGE sql IMMUTABLE
+CREATE FUNCTION public.qw_flow_blocked(p_queue text) RETURNS text[]
+    LANGUAGE sql STABLE
     AS $$
-    SELECT coalesce(p_key, p_payload #>> string_to_array(substr(p_path, 6), '.'), '')
+    SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
+      FROM (SELECT r.flow_scope || chr(31) || r.flow_key AS tag
+              FROM (SELECT flow_scope, flow_key FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL
+                    UNION ALL
+                    SELECT flow_scope, flow_key FROM workflow_node_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL) AS r
+              JOIN flow_limits AS l ON l.queue = p_queue AND l.task = r.flow_scope
+             GROUP BY r.flow_scope, r.flow_key, l.max_running
+            HAVING count(*) >= l.max_running
+            UNION ALL
+            SELECT k.scope || chr(31) || k.key FROM flow_keys AS k JOIN flow_limits AS l ON l.queue = k.queue AND l.task = k.scope
+             WHERE k.queue = p_queue AND l.rate_count IS NOT NULL
+               AND least(l.rate_count, coalesce(k.tokens, l.rate_count)
+                         + extract(epoch FROM clock_timestamp() - k.refilled_at) * l.rate_count / l.rate_seconds) < 1
+            UNION ALL
+            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b
 $$;
 
 CREATE TABLE public.ingest_jobs (
@@ -159,9 +173,9 @@ CREATE TABLE public.ingest_jobs (
     CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
 );
 
-CREATE FUNCTION public.qw_flow_open(j public.ingest_jobs) RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$ SELECT qw_flow_open(j.queue, j.task_name, j.concurrency_key, j.args) $$;
+CREATE FUNCTION public.qw_flow_held(j public.ingest_jobs, p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT CASE WHEN j.task_name = ANY(p_tasks) THEN j.task_name ELSE '*' END || chr(29) $$;
 
 CREATE TABLE public.workflow_node_jobs (
     id bigint NOT NULL,
@@ -208,35 +222,23 @@ CREATE TABLE public.workflow_node_jobs (
     CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))
 );
 
-CREATE FUNCTION public.qw_flow_open(j public.workflow_node_jobs) RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$ SELECT qw_flow_open(j.queue, j.node_name, j.concurrency_key, j.inputs) $$;
+CREATE FUNCTION public.qw_flow_held(j public.workflow_node_jobs, p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT CASE WHEN j.node_name = ANY(p_tasks) THEN j.node_name ELSE '*' END || chr(29) $$;
 
-CREATE FUNCTION public.qw_flow_open(p_queue text, p_task text, p_key text, p_payload jsonb) RETURNS boolean
-    LANGUAGE plpgsql STABLE
+CREATE FUNCTION public.qw_flow_key_of(p_key text, p_payload jsonb, p_path text) RETURNS text
+    LANGUAGE sql IMMUTABLE
     AS $$
-DECLARE
-    lim flow_limits;
-    k text;
-    b flow_keys;
-BEGIN
-    SELECT * INTO lim FROM flow_limits WHERE queue = p_queue AND task = qw_flow_scope(p_queue, p_task);
-    IF NOT FOUND THEN
-        RETURN true;
-    END IF;
-    k := qw_flow_key_of(p_key, p_payload, lim.key_path);
-    IF lim.max_running IS NOT NULL AND lim.max_running <= (
-           (SELECT count(*) FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope = lim.task AND flow_key = k)
-         + (SELECT count(*) FROM workflow_node_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope = lim.task AND flow_key = k)) THEN
-        RETURN false;
-    END IF;
-    IF lim.rate_count IS NOT NULL THEN
-        SELECT * INTO b FROM flow_keys WHERE queue = p_queue AND scope = lim.task AND key = k;
-        RETURN NOT FOUND OR least(lim.rate_count, coalesce(b.tokens, lim.rate_count)
-                                  + extract(epoch FROM clock_timestamp() - b.refilled_at) * lim.rate_count / lim.rate_seconds) >= 1;
-    END IF;
-    RETURN true;
-END $$;
+    SELECT coalesce(p_key, p_payload #>> string_to_array(substr(p_path, 6), '.'), '')
+$$;
+
+CREATE FUNCTION public.qw_flow_path(p_queue text) RETURNS text[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
+     WHERE l.queue = p_queue AND l.key_path IS NOT NULL
+     ORDER BY l.task = '*' DESC, l.task LIMIT 1
+$$;
 
 CREATE FUNCTION public.qw_flow_scope(j public.ingest_jobs) RETURNS text
     LANGUAGE sql STABLE
@@ -252,6 +254,24 @@ CREATE FUNCTION public.qw_flow_scope(p_queue text, p_task text) RETURNS text
     SELECT l.task FROM flow_limits AS l
      WHERE l.queue = p_queue AND l.task IN (p_task, '*')
      ORDER BY l.task = '*' LIMIT 1
+$$;
+
+CREATE FUNCTION public.qw_flow_tag(j public.ingest_jobs, p_path text[], p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN j.task_name = ANY(p_tasks) THEN j.task_name ELSE '*' END || chr(31) || coalesce(j.concurrency_key, j.args #>> p_path, '')
+$$;
+
+CREATE FUNCTION public.qw_flow_tag(j public.workflow_node_jobs, p_path text[], p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN j.node_name = ANY(p_tasks) THEN j.node_name ELSE '*' END || chr(31) || coalesce(j.concurrency_key, j.inputs #>> p_path, '')
+$$;
+
+CREATE FUNCTION public.qw_flow_tasks(p_queue text) RETURNS text[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*'
 $$;
 
 CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger

@@ -1,11 +1,15 @@
 DROP TRIGGER IF EXISTS ingest_jobs_flow_admit ON ingest_jobs;
 DROP TRIGGER IF EXISTS workflow_node_jobs_flow_admit ON workflow_node_jobs;
 DROP FUNCTION IF EXISTS qw_flow_admit();
-DROP FUNCTION IF EXISTS qw_flow_open(ingest_jobs);
-DROP FUNCTION IF EXISTS qw_flow_open(workflow_node_jobs);
+DROP FUNCTION IF EXISTS qw_flow_tag(ingest_jobs, text[], text[]);
+DROP FUNCTION IF EXISTS qw_flow_tag(workflow_node_jobs, text[], text[]);
+DROP FUNCTION IF EXISTS qw_flow_held(ingest_jobs, text[]);
+DROP FUNCTION IF EXISTS qw_flow_held(workflow_node_jobs, text[]);
+DROP FUNCTION IF EXISTS qw_flow_tasks(text);
+DROP FUNCTION IF EXISTS qw_flow_blocked(text);
+DROP FUNCTION IF EXISTS qw_flow_path(text);
 DROP FUNCTION IF EXISTS qw_flow_scope(ingest_jobs);
 DROP FUNCTION IF EXISTS qw_flow_scope(workflow_node_jobs);
-DROP FUNCTION IF EXISTS qw_flow_open(text, text, text, jsonb);
 DROP FUNCTION IF EXISTS qw_flow_key_of(text, jsonb, text);
 DROP FUNCTION IF EXISTS qw_flow_scope(text, text);
 ALTER TABLE ingest_jobs DROP COLUMN IF EXISTS concurrency_key, DROP COLUMN IF EXISTS flow_scope, DROP COLUMN IF EXISTS flow_key;

@@ -51,37 +51,57 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce(p_key, p_payload #>> string_to_array(substr(p_path, 6), '.'), '')
 $$;
 
--- Whether a queued job would be admitted now (read only, no lock): the claim's filter, so it
--- skips to admissible rows; qw_flow_admit decides for good under the key's lock.
-CREATE FUNCTION qw_flow_open(p_queue text, p_task text, p_key text, p_payload jsonb) RETURNS boolean
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    lim flow_limits;
-    k text;
-    b flow_keys;
-BEGIN
-    SELECT * INTO lim FROM flow_limits WHERE queue = p_queue AND task = qw_flow_scope(p_queue, p_task);
-    IF NOT FOUND THEN
-        RETURN true;
-    END IF;
-    k := qw_flow_key_of(p_key, p_payload, lim.key_path);
-    IF lim.max_running IS NOT NULL AND lim.max_running <= (
-           (SELECT count(*) FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope = lim.task AND flow_key = k)
-         + (SELECT count(*) FROM workflow_node_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope = lim.task AND flow_key = k)) THEN
-        RETURN false;
-    END IF;
-    IF lim.rate_count IS NOT NULL THEN
-        SELECT * INTO b FROM flow_keys WHERE queue = p_queue AND scope = lim.task AND key = k;
-        RETURN NOT FOUND OR least(lim.rate_count, coalesce(b.tokens, lim.rate_count)
-                                  + extract(epoch FROM clock_timestamp() - b.refilled_at) * lim.rate_count / lim.rate_seconds) >= 1;
-    END IF;
-    RETURN true;
-END $$;
+-- The claim's filter (worker.sql, batch.sql), so it skips to admissible rows: the arrays below
+-- are InitPlans, computed once per claim, and the per-row test is an inlined expression on the
+-- row, no lookup. A row's tag is its scope (its task when the task has a limit of its own, else
+-- '*'), chr(31), its key; a scope held at max_running 0 is listed as scope, chr(29). It reads
+-- a keyless job's key at one key path per queue (the queue limit's, else a task's); the trigger
+-- qw_flow_admit decides for good, under the key's lock, with each limit's own path.
+CREATE FUNCTION qw_flow_path(p_queue text) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
+     WHERE l.queue = p_queue AND l.key_path IS NOT NULL
+     ORDER BY l.task = '*' DESC, l.task LIMIT 1
+$$;
 
-CREATE FUNCTION qw_flow_open(j ingest_jobs) RETURNS boolean
-LANGUAGE sql STABLE AS $$ SELECT qw_flow_open(j.queue, j.task_name, j.concurrency_key, j.args) $$;
-CREATE FUNCTION qw_flow_open(j workflow_node_jobs) RETURNS boolean
-LANGUAGE sql STABLE AS $$ SELECT qw_flow_open(j.queue, j.node_name, j.concurrency_key, j.inputs) $$;
+CREATE FUNCTION qw_flow_tasks(p_queue text) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*'
+$$;
+
+-- The tags that admit nothing now: max_running reached, or no token left.
+CREATE FUNCTION qw_flow_blocked(p_queue text) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
+      FROM (SELECT r.flow_scope || chr(31) || r.flow_key AS tag
+              FROM (SELECT flow_scope, flow_key FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL
+                    UNION ALL
+                    SELECT flow_scope, flow_key FROM workflow_node_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL) AS r
+              JOIN flow_limits AS l ON l.queue = p_queue AND l.task = r.flow_scope
+             GROUP BY r.flow_scope, r.flow_key, l.max_running
+            HAVING count(*) >= l.max_running
+            UNION ALL
+            SELECT k.scope || chr(31) || k.key FROM flow_keys AS k JOIN flow_limits AS l ON l.queue = k.queue AND l.task = k.scope
+             WHERE k.queue = p_queue AND l.rate_count IS NOT NULL
+               AND least(l.rate_count, coalesce(k.tokens, l.rate_count)
+                         + extract(epoch FROM clock_timestamp() - k.refilled_at) * l.rate_count / l.rate_seconds) < 1
+            UNION ALL
+            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b
+$$;
+
+-- A queued row's scope and key, as the filter sees them (inlined: plain expressions on the row).
+CREATE FUNCTION qw_flow_tag(j ingest_jobs, p_path text[], p_tasks text[]) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN j.task_name = ANY(p_tasks) THEN j.task_name ELSE '*' END || chr(31) || coalesce(j.concurrency_key, j.args #>> p_path, '')
+$$;
+CREATE FUNCTION qw_flow_tag(j workflow_node_jobs, p_path text[], p_tasks text[]) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN j.node_name = ANY(p_tasks) THEN j.node_name ELSE '*' END || chr(31) || coalesce(j.concurrency_key, j.inputs #>> p_path, '')
+$$;
+CREATE FUNCTION qw_flow_held(j ingest_jobs, p_tasks text[]) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN j.task_name = ANY(p_tasks) THEN j.task_name ELSE '*' END || chr(29) $$;
+CREATE FUNCTION qw_flow_held(j workflow_node_jobs, p_tasks text[]) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN j.node_name = ANY(p_tasks) THEN j.node_name ELSE '*' END || chr(29) $$;
 CREATE FUNCTION qw_flow_scope(j ingest_jobs) RETURNS text
 LANGUAGE sql STABLE AS $$ SELECT qw_flow_scope(j.queue, j.task_name) $$;
 CREATE FUNCTION qw_flow_scope(j workflow_node_jobs) RETURNS text

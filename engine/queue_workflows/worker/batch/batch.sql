@@ -23,7 +23,9 @@ WITH peers AS (
       FROM {table} AS c
      WHERE status = 'queued' AND queue = %(queue)s
        AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
-            OR (qw_flow_open(c) AND (SELECT set_config('qw.flow_skip_locked', 'on', true)) = 'on'))
+            OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                          qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
+                AND (SELECT set_config('qw.flow_skip_locked', 'on', true)) = 'on'))
      ORDER BY {order_by}
        FOR UPDATE SKIP LOCKED
      LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int
