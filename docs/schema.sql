@@ -136,6 +136,14 @@ CREATE FUNCTION public.qw_flow_blocked(p_queue text) RETURNS text[]
             SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b
 $$;
 
+CREATE FUNCTION public.qw_flow_freed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    RETURN NULL;
+END $$;
+
 CREATE TABLE public.ingest_jobs (
     id bigint NOT NULL,
     task_name text NOT NULL,
@@ -808,6 +816,8 @@ CREATE UNIQUE INDEX workflow_runs_parent_node_key ON public.workflow_runs USING 
 
 CREATE TRIGGER ingest_jobs_flow_admit BEFORE UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'running'::text) AND (old.status <> 'running'::text) AND (new.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_admit();
 
+CREATE TRIGGER ingest_jobs_flow_freed AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
+
 CREATE TRIGGER ingest_jobs_ready_on_insert AFTER INSERT ON public.ingest_jobs FOR EACH ROW WHEN ((new.status = 'queued'::text)) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
 
 CREATE TRIGGER ingest_jobs_ready_on_requeue AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status IS DISTINCT FROM 'queued'::text))) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
@@ -829,6 +839,8 @@ CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_upd BEFORE UPDATE OF statu
 CREATE TRIGGER workflow_node_jobs_dispatch_event AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_record_dispatch_event();
 
 CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'running'::text) AND (old.status <> 'running'::text) AND (new.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_admit();
+
+CREATE TRIGGER workflow_node_jobs_flow_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
 
 CREATE TRIGGER workflow_node_jobs_parent_node_ended AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (old.status = 'waiting'::text) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))) EXECUTE FUNCTION public.qw_parent_node_ended();
 

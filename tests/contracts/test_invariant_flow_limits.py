@@ -250,3 +250,16 @@ def test_a_gpu_claim_admits_by_key_too(database_url):
     claimed = [node_queue.claim_node_job("gpu", Claimant("gw", 1), current_model="m-a") for _ in range(3)]
     assert [c["id"] if c else None for c in claimed] == [first["id"], other["id"], None]
     assert query(database_url, "SELECT status, attempts FROM workflow_node_jobs WHERE id = %s", (second["id"],)) == [{"status": "queued", "attempts": 0}]
+
+
+def test_a_freed_slot_wakes_the_queue_and_an_unlimited_job_does_not(database_url):
+    set_flow_limit("fetch", task="other", max_running=1)
+    (limited,) = _enqueue(task="other")
+    (free,) = _enqueue()
+    assert {_claim()["id"], _claim()["id"]} == {limited, free}
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN qw_ready_fetch")
+        query(database_url, "UPDATE ingest_jobs SET status = 'completed' WHERE id = %s", (free,))
+        assert [n.channel for n in listener.notifies(timeout=0.5, stop_after=1)] == [], "a job under no limit woke the queue"
+        query(database_url, "UPDATE ingest_jobs SET status = 'completed' WHERE id = %s", (limited,))
+        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == ["fetch"], "a freed slot did not wake the queue"

@@ -1,5 +1,8 @@
 DROP TRIGGER IF EXISTS ingest_jobs_flow_admit ON ingest_jobs;
 DROP TRIGGER IF EXISTS workflow_node_jobs_flow_admit ON workflow_node_jobs;
+DROP TRIGGER IF EXISTS ingest_jobs_flow_freed ON ingest_jobs;
+DROP TRIGGER IF EXISTS workflow_node_jobs_flow_freed ON workflow_node_jobs;
+DROP FUNCTION IF EXISTS qw_flow_freed();
 DROP FUNCTION IF EXISTS qw_flow_admit();
 DROP FUNCTION IF EXISTS qw_flow_tag(ingest_jobs, text[], text[]);
 DROP FUNCTION IF EXISTS qw_flow_tag(workflow_node_jobs, text[], text[]);

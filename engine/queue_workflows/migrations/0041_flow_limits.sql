@@ -175,6 +175,22 @@ CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON workflow
     WHEN (NEW.status = 'running' AND OLD.status <> 'running' AND NEW.flow_scope IS NOT NULL)
     EXECUTE FUNCTION qw_flow_admit();
 
+-- A slot freed wakes the queue's idle worker (docs/throughput.md): jobs of a full key wait for a
+-- NOTIFY, not for the safety poll. Only rows admitted under a limit fire it.
+CREATE FUNCTION qw_flow_freed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER ingest_jobs_flow_freed AFTER UPDATE OF status ON ingest_jobs FOR EACH ROW
+    WHEN (OLD.status = 'running' AND NEW.status <> 'running' AND OLD.flow_scope IS NOT NULL)
+    EXECUTE FUNCTION qw_flow_freed();
+CREATE TRIGGER workflow_node_jobs_flow_freed AFTER UPDATE OF status ON workflow_node_jobs FOR EACH ROW
+    WHEN (OLD.status = 'running' AND NEW.status <> 'running' AND OLD.flow_scope IS NOT NULL)
+    EXECUTE FUNCTION qw_flow_freed();
+
 -- Workers admit jobs (flow_keys, by 0018's default privileges) but do not set limits;
 -- operators and the dashboard do. 0033's default privileges let the orchestrator write, every role read.
 REVOKE INSERT, UPDATE, DELETE ON flow_limits FROM qw_worker;
