@@ -117,9 +117,10 @@ BEGIN
 END $$;
 
 CREATE FUNCTION public.qw_flow_blocked(p_queue text) RETURNS text[]
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
+BEGIN
+    RETURN (SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
       FROM (SELECT r.flow_scope || chr(31) || r.flow_key AS tag
               FROM (SELECT flow_scope, flow_key FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL
                     UNION ALL
@@ -128,19 +129,27 @@ CREATE FUNCTION public.qw_flow_blocked(p_queue text) RETURNS text[]
              GROUP BY r.flow_scope, r.flow_key, l.max_running
             HAVING count(*) >= l.max_running
             UNION ALL
-            SELECT k.scope || chr(31) || k.key FROM flow_keys AS k JOIN flow_limits AS l ON l.queue = k.queue AND l.task = k.scope
-             WHERE k.queue = p_queue AND l.rate_count IS NOT NULL
+            SELECT k.scope || chr(31) || k.key FROM flow_limits AS l JOIN flow_keys AS k ON k.queue = l.queue AND k.scope = l.task
+             WHERE l.queue = p_queue AND l.rate_count IS NOT NULL  -- from the few limits: no key is read without a rate
                AND least(l.rate_count, coalesce(k.tokens, l.rate_count)
                          + extract(epoch FROM clock_timestamp() - k.refilled_at) * l.rate_count / l.rate_seconds) < 1
             UNION ALL
-            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b
-$$;
+            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b);
+END $$;
 
 CREATE FUNCTION public.qw_flow_freed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    lim integer;
 BEGIN
-    PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    SELECT max_running INTO lim FROM flow_limits WHERE queue = OLD.queue AND task = OLD.flow_scope;
+    IF lim IS NOT NULL AND 1
+         + (SELECT count(*) FROM ingest_jobs WHERE status = 'running' AND queue = OLD.queue AND flow_scope = OLD.flow_scope AND flow_key = OLD.flow_key)
+         + (SELECT count(*) FROM workflow_node_jobs WHERE status = 'running' AND queue = OLD.queue AND flow_scope = OLD.flow_scope AND flow_key = OLD.flow_key)
+         >= lim THEN
+        PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -241,12 +250,13 @@ CREATE FUNCTION public.qw_flow_key_of(p_key text, p_payload jsonb, p_path text) 
 $$;
 
 CREATE FUNCTION public.qw_flow_path(p_queue text) RETURNS text[]
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
-     WHERE l.queue = p_queue AND l.key_path IS NOT NULL
-     ORDER BY l.task = '*' DESC, l.task LIMIT 1
-$$;
+BEGIN
+    RETURN (SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
+             WHERE l.queue = p_queue AND l.key_path IS NOT NULL
+             ORDER BY l.task = '*' DESC, l.task LIMIT 1);
+END $$;
 
 CREATE FUNCTION public.qw_flow_scope(j public.ingest_jobs) RETURNS text
     LANGUAGE sql STABLE
@@ -257,12 +267,13 @@ CREATE FUNCTION public.qw_flow_scope(j public.workflow_node_jobs) RETURNS text
     AS $$ SELECT qw_flow_scope(j.queue, j.node_name) $$;
 
 CREATE FUNCTION public.qw_flow_scope(p_queue text, p_task text) RETURNS text
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT l.task FROM flow_limits AS l
-     WHERE l.queue = p_queue AND l.task IN (p_task, '*')
-     ORDER BY l.task = '*' LIMIT 1
-$$;
+BEGIN
+    RETURN (SELECT l.task FROM flow_limits AS l
+             WHERE l.queue = p_queue AND l.task IN (p_task, '*')
+             ORDER BY l.task = '*' LIMIT 1);
+END $$;
 
 CREATE FUNCTION public.qw_flow_tag(j public.ingest_jobs, p_path text[], p_tasks text[]) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -277,10 +288,11 @@ CREATE FUNCTION public.qw_flow_tag(j public.workflow_node_jobs, p_path text[], p
 $$;
 
 CREATE FUNCTION public.qw_flow_tasks(p_queue text) RETURNS text[]
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*'
-$$;
+BEGIN
+    RETURN (SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*');
+END $$;
 
 CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger
     LANGUAGE plpgsql

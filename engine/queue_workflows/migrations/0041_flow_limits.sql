@@ -39,11 +39,12 @@ CREATE INDEX workflow_node_jobs_flow_running_idx ON workflow_node_jobs (queue, f
 
 -- The limit that governs a job of `task` on `queue`: its task's own, else its queue's.
 CREATE FUNCTION qw_flow_scope(p_queue text, p_task text) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT l.task FROM flow_limits AS l
-     WHERE l.queue = p_queue AND l.task IN (p_task, '*')
-     ORDER BY l.task = '*' LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT l.task FROM flow_limits AS l
+             WHERE l.queue = p_queue AND l.task IN (p_task, '*')
+             ORDER BY l.task = '*' LIMIT 1);
+END $$;
 
 -- A job's key under a limit: its own concurrency_key, else its args at the limit's key_path, else ''.
 CREATE FUNCTION qw_flow_key_of(p_key text, p_payload jsonb, p_path text) RETURNS text
@@ -57,22 +58,27 @@ $$;
 -- '*'), chr(31), its key; a scope held at max_running 0 is listed as scope, chr(29). It reads
 -- a keyless job's key at one key path per queue (the queue limit's, else a task's); the trigger
 -- qw_flow_admit decides for good, under the key's lock, with each limit's own path.
+-- PL/pgSQL, not SQL: a session keeps their plans, where a SQL function called once per claim
+-- would be planned again at every claim.
 CREATE FUNCTION qw_flow_path(p_queue text) RETURNS text[]
-LANGUAGE sql STABLE AS $$
-    SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
-     WHERE l.queue = p_queue AND l.key_path IS NOT NULL
-     ORDER BY l.task = '*' DESC, l.task LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
+             WHERE l.queue = p_queue AND l.key_path IS NOT NULL
+             ORDER BY l.task = '*' DESC, l.task LIMIT 1);
+END $$;
 
 CREATE FUNCTION qw_flow_tasks(p_queue text) RETURNS text[]
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*'
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*');
+END $$;
 
 -- The tags that admit nothing now: max_running reached, or no token left.
 CREATE FUNCTION qw_flow_blocked(p_queue text) RETURNS text[]
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
       FROM (SELECT r.flow_scope || chr(31) || r.flow_key AS tag
               FROM (SELECT flow_scope, flow_key FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL
                     UNION ALL
@@ -81,13 +87,13 @@ LANGUAGE sql STABLE AS $$
              GROUP BY r.flow_scope, r.flow_key, l.max_running
             HAVING count(*) >= l.max_running
             UNION ALL
-            SELECT k.scope || chr(31) || k.key FROM flow_keys AS k JOIN flow_limits AS l ON l.queue = k.queue AND l.task = k.scope
-             WHERE k.queue = p_queue AND l.rate_count IS NOT NULL
+            SELECT k.scope || chr(31) || k.key FROM flow_limits AS l JOIN flow_keys AS k ON k.queue = l.queue AND k.scope = l.task
+             WHERE l.queue = p_queue AND l.rate_count IS NOT NULL  -- from the few limits: no key is read without a rate
                AND least(l.rate_count, coalesce(k.tokens, l.rate_count)
                          + extract(epoch FROM clock_timestamp() - k.refilled_at) * l.rate_count / l.rate_seconds) < 1
             UNION ALL
-            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b
-$$;
+            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b);
+END $$;
 
 -- A queued row's scope and key, as the filter sees them (inlined: plain expressions on the row).
 CREATE FUNCTION qw_flow_tag(j ingest_jobs, p_path text[], p_tasks text[]) RETURNS text
@@ -175,12 +181,21 @@ CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON workflow
     WHEN (NEW.status = 'running' AND OLD.status <> 'running' AND NEW.flow_scope IS NOT NULL)
     EXECUTE FUNCTION qw_flow_admit();
 
--- A slot freed wakes the queue's idle worker (docs/throughput.md): jobs of a full key wait for a
--- NOTIFY, not for the safety poll. Only rows admitted under a limit fire it.
+-- A slot freed in a full key wakes the queue's idle worker (docs/throughput.md): jobs of a full
+-- key wait for a NOTIFY, not for the safety poll. Only a key that was full notifies, so the
+-- common case (keys below their limit) adds no NOTIFY, which would serialise commits.
 CREATE FUNCTION qw_flow_freed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    lim integer;
 BEGIN
-    PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    SELECT max_running INTO lim FROM flow_limits WHERE queue = OLD.queue AND task = OLD.flow_scope;
+    IF lim IS NOT NULL AND 1
+         + (SELECT count(*) FROM ingest_jobs WHERE status = 'running' AND queue = OLD.queue AND flow_scope = OLD.flow_scope AND flow_key = OLD.flow_key)
+         + (SELECT count(*) FROM workflow_node_jobs WHERE status = 'running' AND queue = OLD.queue AND flow_scope = OLD.flow_scope AND flow_key = OLD.flow_key)
+         >= lim THEN
+        PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    END IF;
     RETURN NULL;
 END $$;
 
