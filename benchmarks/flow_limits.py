@@ -88,6 +88,8 @@ def explain_claim(url: str) -> str:
 
     statement, params = claim_statement("ingest_jobs", "fetch", Claimant("bench:explain", 1))
     with psycopg.connect(url) as conn:
+        conn.execute(statement, params)  # a worker's session has planned its functions already: so does this one
+        conn.rollback()
         rows = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + statement, params).fetchall()
         conn.rollback()
     return "\n".join(r[0] for r in rows)
