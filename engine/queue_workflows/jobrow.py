@@ -55,6 +55,9 @@ class JobRow:
     finished_at: datetime | None = None
     watchdog_trips: int = 0
     batch_suspect: bool = False
+    concurrency_key: str | None = None  # its key under a flow limit (docs/flow_control.md)
+    flow_scope: str | None = None  # the limit it was admitted under, stamped by the claim
+    flow_key: str | None = None  # the key it was admitted under
 
     table: ClassVar[str]
 

@@ -275,3 +275,10 @@ def test_each_item_carries_the_maps_timeout_and_retry_policy(database_url, conn)
     parent = node(database_url, run_id, "m")["retry_policy"]
     assert parent is not None and parent["retry_on"] == ["OSError"] and parent["timeout"] == 30
     assert [i["retry_policy"] for i in items(database_url, run_id)] == [parent] * 3
+
+
+def test_each_item_carries_the_maps_concurrency_key(database_url, conn):
+    wf = Workflow("keyed").map("m", f"{M}:square", over=[1, 2], concurrency_key="basin-7")
+    run_id = queue_workflows.start_run(wf, {})
+    assert node(database_url, run_id, "m")["concurrency_key"] == "basin-7"
+    assert [i["concurrency_key"] for i in items(database_url, run_id)] == ["basin-7", "basin-7"]

@@ -45,7 +45,7 @@ POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node'
 TIMER_KEYS = ("for", "until", "key", "timeout", "default")
 MAP_KEYS = frozenset({"over", "item_input", "max_parallel", "allow_failures"})  # only a "map" node takes these (dag/map.py)
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
-                       "workflow", *POLICY_KEYS, *TIMER_KEYS})
+                       "workflow", "concurrency_key", *POLICY_KEYS, *TIMER_KEYS})
 TIMER_KINDS = ("sleep", "wait_event")  # held 'waiting' by the orchestrator's timekeeper, no worker
 # An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
 # starts a child run of `workflow` (a name for the provider, or a definition) and waits for it
@@ -90,6 +90,7 @@ class Node:
     item_input: Any = "item"
     max_parallel: Any = None
     allow_failures: Any = False
+    concurrency_key: Any = None  # its job's key under a flow limit (docs/flow_control.md)
 
     @property
     def is_input(self) -> bool:
@@ -128,6 +129,8 @@ class Node:
         data.update(self.timer)
         if self.is_map:
             data.update(over=self.over, item_input=self.item_input, max_parallel=self.max_parallel, allow_failures=self.allow_failures)
+        if self.concurrency_key is not None:
+            data["concurrency_key"] = self.concurrency_key
         return data
 
 
@@ -155,6 +158,7 @@ class Workflow:
         retry_backoff: Mapping[str, float] | None = None,
         retry_on: Iterable[str] | None = None,
         no_retry_on: Iterable[str] | None = None,
+        concurrency_key: str | None = None,
     ) -> Workflow:
         """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`).
 
@@ -164,7 +168,7 @@ class Workflow:
         self.nodes.append(
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "input" if input is True else "task" if input is False else input, timeout=timeout, retry_backoff=retry_backoff,
-                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on))
+                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on), concurrency_key=concurrency_key)
         )
         return self
 
@@ -225,6 +229,7 @@ class Workflow:
         retry_backoff: Mapping[str, Any] | None = None,
         retry_on: Iterable[str] | None = None,
         no_retry_on: Iterable[str] | None = None,
+        concurrency_key: str | None = None,
     ) -> Workflow:
         """Add a map node: `call` runs once per item of `over` (a list or a `$from` reference), the item as `item_input`.
 
@@ -234,7 +239,8 @@ class Workflow:
         self.nodes.append(
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "map", timeout, retry_backoff, _listed(retry_on), _listed(no_retry_on),
-                 over=over, item_input=item_input, max_parallel=max_parallel, allow_failures=allow_failures)
+                 over=over, item_input=item_input, max_parallel=max_parallel, allow_failures=allow_failures,
+                 concurrency_key=concurrency_key)
         )
         return self
 
@@ -284,6 +290,7 @@ class Workflow:
                     item_input=raw.get("item_input", "item"),
                     max_parallel=raw.get("max_parallel"),
                     allow_failures=raw.get("allow_failures", False),
+                    concurrency_key=raw.get("concurrency_key"),
                 )
             )
         return cls(name, nodes)

@@ -136,6 +136,9 @@ def _check_node(name: str, node: Node) -> None:
     b = node.budget_seconds
     if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0):
         raise WorkflowValidationError(f"{where}: budget_seconds must be a positive number, not {b!r}")
+    ck = node.concurrency_key
+    if ck is not None and (not node.runs_code or not isinstance(ck, str) or not 1 <= len(ck) <= 200 or "\x00" in ck):
+        raise WorkflowValidationError(f"{where}: concurrency_key must be a string of 1 to 200 characters on a node that runs code, not {ck!r}")
     node_policy(where, node)
 
 

@@ -4,7 +4,10 @@
 
 -- name: claim_job
 -- {plan} and {routing} are empty, or for a gpu worker the fixed `gpu_claim_plan` and
--- `gpu_routing` fragments below.
+-- `gpu_routing` fragments below. The flow_limits lines are the admission (docs/flow_control.md):
+-- on a queue with no limit each is one probe of an empty index, paid once per claim; otherwise
+-- a candidate's key must not be among the queue's full keys (qw_flow_blocked, computed once per
+-- claim) and the trigger qw_flow_admit has the last word.
 {plan}UPDATE {table} AS j
    SET status = 'running',
        claimed_by = %(worker_id)s,
@@ -12,11 +15,15 @@
        attempts = j.attempts + 1,
        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        started_at = now(),
-       updated_at = now()
+       updated_at = now(),
+       flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
  WHERE j.id = (
         SELECT c.id
           FROM {table} AS c
          WHERE c.status = 'queued' AND c.queue = %(queue)s {routing}
+           AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
+                OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                          qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))
          ORDER BY {order_by}
            FOR UPDATE SKIP LOCKED
          LIMIT 1)

@@ -14,7 +14,7 @@ from starlette.templating import Jinja2Templates
 
 from queue_workflows import db, run_actions, run_status
 from queue_workflows.hw_metrics import latest as latest_host_metrics
-from queue_workflows.ops import admin
+from queue_workflows.ops import admin, flow
 from queue_workflows.ops.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
 from ..tables import age, waiting_for
@@ -22,6 +22,7 @@ from . import graph
 
 TEMPLATES = Path(__file__).with_name("templates")
 MAX_DRAWN_NODES = 400  # past this a drawing is unreadable and heavy: the node table stays
+FLOW_KEYS_SHOWN = 50  # the busiest keys under flow limits; `qw keys` lists more
 WORKER_STATES = ("busy", "idle", "parked", "throttled", "stopping", "dead", "absent")
 
 
@@ -50,7 +51,7 @@ def queues_context() -> dict[str, Any]:
     rows = admin.queue_overview()
     for row in rows:
         row.update(rates.get(row["queue"]) or empty_throughput())
-    return {"queues": rows}
+    return {"queues": rows, "flow_keys": flow.flow_keys(limit=FLOW_KEYS_SHOWN)}
 
 
 def panels(templates: Jinja2Templates) -> dict[str, str]:

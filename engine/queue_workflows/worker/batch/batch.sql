@@ -18,9 +18,14 @@ WITH peers AS (
 ), picked AS MATERIALIZED (
     -- Fenced: run once. As `id IN (subquery)` the planner may rescan the LIMITed subquery
     -- per row, each rescan skipping the rows just claimed, and claim past the limit.
+    -- Admission as in claim_job; the trigger skips, rather than waits for, a key another claim holds.
     SELECT id
-      FROM {table}
+      FROM {table} AS c
      WHERE status = 'queued' AND queue = %(queue)s
+       AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
+            OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                          qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
+                AND (SELECT set_config('qw.flow_skip_locked', 'on', true)) = 'on'))
      ORDER BY {order_by}
        FOR UPDATE SKIP LOCKED
      LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int
@@ -31,7 +36,8 @@ WITH peers AS (
            claim_lock_key = %(lock_key)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            started_at = NULL,
-           updated_at = now()
+           updated_at = now(),
+           flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.*
