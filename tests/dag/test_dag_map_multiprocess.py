@@ -63,11 +63,14 @@ def test_items_retry_on_their_own_within_the_window_on_real_workers(database_url
 def test_kill_9_of_a_worker_mid_map_runs_that_item_again_and_loses_none(database_url: str, procs: Procs) -> None:
     _, _, workers = start_stack(database_url, procs, 2)
     run_id = queue_workflows.start_run(mapped(8, 2, sleep=0.4), {})
-    running = wait_until(
-        lambda: next(iter(query(database_url, "SELECT map_index, claimed_by FROM workflow_node_jobs"
-                                              " WHERE map_node = 'm' AND status = 'running' ORDER BY map_index")), None),
-        timeout=20, what="an item to be claimed")
-    os.kill(pid_of(running["claimed_by"]), signal.SIGKILL)  # between the item's claim and its finish
+    def started_item() -> dict | None:  # claimed and inside its body (it records its start), not just claimed
+        rows = query(database_url, "SELECT map_index, claimed_by FROM workflow_node_jobs"
+                                   " WHERE map_node = 'm' AND status = 'running' ORDER BY map_index")
+        begun = executions(database_url)
+        return next((r for r in rows if begun[f"item:{r['map_index']}"]), None)
+
+    running = wait_until(started_item, timeout=20, what="an item to be claimed and started")
+    os.kill(pid_of(running["claimed_by"]), signal.SIGKILL)  # between the item's start and its finish
     status = wait_run(database_url, run_id, procs, timeout=60, max_live=2)
     assert [i["sq"] for i in status["nodes"]["m"]["output"]["items"]] == [i * i for i in range(8)]
     assert status["nodes"]["sum"]["output"] == {"sum": sum(i * i for i in range(8)), "n": 8}
