@@ -72,6 +72,308 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.qw_deliver_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    run_status text;  -- every column below is the trigger's to set, whatever the INSERT gave
+    taken bigint[];
+    finished record;
+BEGIN
+    NEW.error := NULL;
+    NEW.applied_to := NULL;
+    IF jsonb_typeof(NEW.payload) IS DISTINCT FROM 'object' THEN
+        NEW.error := format('an event payload must be a JSON object (it becomes the node''s output), not %s', jsonb_typeof(NEW.payload));
+    ELSIF NEW.event_key = '' THEN
+        NEW.error := 'an event key must not be empty';
+    ELSIF NEW.run_id IS NOT NULL THEN
+        SELECT status INTO run_status FROM workflow_runs WHERE id = NEW.run_id;
+        IF run_status IS DISTINCT FROM 'running' THEN
+            NEW.error := format('run %s is %s: it takes no events', NEW.run_id, coalesce(run_status, 'missing'));
+        END IF;
+    END IF;
+    IF NEW.error IS NULL THEN
+        WITH target AS (  -- locked in id order, as every writer of several waiting nodes does: no deadlock
+            SELECT n.id FROM workflow_node_jobs n
+             WHERE n.status = 'waiting' AND n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id)
+               AND NOT EXISTS (SELECT 1 FROM workflow_events k
+                                WHERE k.status = 'kept' AND k.event_key = n.event_key
+                                  AND (k.run_id IS NULL OR k.run_id = n.run_id))
+             ORDER BY n.id
+               FOR UPDATE OF n
+        ), done AS (
+            UPDATE workflow_node_jobs n
+               SET status = 'completed', context_delta = NEW.payload, error = NULL,
+                   started_at = coalesce(n.started_at, n.created_at), finished_at = clock_timestamp(), updated_at = now()
+              FROM target t
+             WHERE n.id = t.id AND n.status = 'waiting'
+            RETURNING n.id)
+        SELECT array_agg(id ORDER BY id) INTO taken FROM done;
+        IF taken IS NOT NULL THEN
+            NEW.status := 'applied';
+            NEW.applied_to := taken;
+            NEW.processed_at := now();
+            RETURN NEW;
+        END IF;
+        SELECT n.node_name, n.run_id, n.status INTO finished
+          FROM workflow_node_jobs n JOIN workflow_runs r ON r.id = n.run_id AND r.status = 'running'
+         WHERE n.event_key = NEW.event_key AND (NEW.run_id IS NULL OR n.run_id = NEW.run_id) AND n.status <> 'waiting'
+         ORDER BY n.id LIMIT 1;
+        IF FOUND THEN
+            NEW.error := format('node %L of run %s waiting on key %L is already %s', finished.node_name, finished.run_id, NEW.event_key, finished.status);
+        END IF;
+    END IF;
+    NEW.status := CASE WHEN NEW.error IS NULL THEN 'kept' ELSE 'rejected' END;
+    NEW.processed_at := CASE WHEN NEW.error IS NULL THEN NULL ELSE now() END;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.qw_flow_admit() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lim flow_limits;
+    k text;
+    b flow_keys;
+    running bigint;
+    stamp timestamptz;
+    avail double precision;
+BEGIN
+    SELECT * INTO lim FROM flow_limits WHERE queue = NEW.queue AND task = NEW.flow_scope;
+    IF NOT FOUND THEN
+        NEW.flow_scope := NULL;
+        RETURN NEW;
+    END IF;
+    IF TG_TABLE_NAME = 'ingest_jobs' THEN
+        k := qw_flow_key_of(NEW.concurrency_key, NEW.args, lim.key_path);
+    ELSE
+        k := qw_flow_key_of(NEW.concurrency_key, NEW.inputs, lim.key_path);
+    END IF;
+    IF current_setting('qw.flow_skip_locked', true) = 'on' THEN
+        SELECT * INTO b FROM flow_keys WHERE queue = NEW.queue AND scope = lim.task AND key = k FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            INSERT INTO flow_keys (queue, scope, key, tokens) VALUES (NEW.queue, lim.task, k, lim.rate_count)
+            ON CONFLICT DO NOTHING RETURNING * INTO b;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    ELSE
+        INSERT INTO flow_keys AS f (queue, scope, key, tokens) VALUES (NEW.queue, lim.task, k, lim.rate_count)
+        ON CONFLICT (queue, scope, key) DO UPDATE SET queue = EXCLUDED.queue WHERE false;
+        SELECT * INTO b FROM flow_keys WHERE queue = NEW.queue AND scope = lim.task AND key = k;
+    END IF;
+    IF lim.max_running IS NOT NULL THEN
+        running := (SELECT count(*) FROM ingest_jobs WHERE status = 'running' AND queue = NEW.queue AND flow_scope = lim.task AND flow_key = k)
+                 + (SELECT count(*) FROM workflow_node_jobs WHERE status = 'running' AND queue = NEW.queue AND flow_scope = lim.task AND flow_key = k);
+        IF running >= lim.max_running THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF lim.rate_count IS NOT NULL THEN
+        stamp := greatest(clock_timestamp(), b.refilled_at);
+        avail := least(lim.rate_count, coalesce(b.tokens, lim.rate_count)
+                       + extract(epoch FROM stamp - b.refilled_at) * lim.rate_count / lim.rate_seconds);
+        IF avail < 1 THEN
+            RETURN NULL;
+        END IF;
+        UPDATE flow_keys SET tokens = avail - 1, refilled_at = stamp WHERE queue = NEW.queue AND scope = lim.task AND key = k;
+    END IF;
+    NEW.flow_key := k;
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION public.qw_flow_blocked(p_queue text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(DISTINCT b.tag), '{}')
+      FROM (SELECT r.flow_scope || chr(31) || r.flow_key AS tag
+              FROM (SELECT flow_scope, flow_key FROM ingest_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL
+                    UNION ALL
+                    SELECT flow_scope, flow_key FROM workflow_node_jobs WHERE status = 'running' AND queue = p_queue AND flow_scope IS NOT NULL) AS r
+              JOIN flow_limits AS l ON l.queue = p_queue AND l.task = r.flow_scope
+             GROUP BY r.flow_scope, r.flow_key, l.max_running
+            HAVING count(*) >= l.max_running
+            UNION ALL
+            SELECT k.scope || chr(31) || k.key FROM flow_limits AS l JOIN flow_keys AS k ON k.queue = l.queue AND k.scope = l.task
+             WHERE l.queue = p_queue AND l.rate_count IS NOT NULL  -- from the few limits: no key is read without a rate
+               AND least(l.rate_count, coalesce(k.tokens, l.rate_count)
+                         + extract(epoch FROM clock_timestamp() - k.refilled_at) * l.rate_count / l.rate_seconds) < 1
+            UNION ALL
+            SELECT l.task || chr(29) FROM flow_limits AS l WHERE l.queue = p_queue AND l.max_running = 0) AS b);
+END $$;
+
+CREATE FUNCTION public.qw_flow_freed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lim integer;
+BEGIN
+    SELECT max_running INTO lim FROM flow_limits WHERE queue = OLD.queue AND task = OLD.flow_scope;
+    IF lim IS NOT NULL AND 1
+         + (SELECT count(*) FROM ingest_jobs WHERE status = 'running' AND queue = OLD.queue AND flow_scope = OLD.flow_scope AND flow_key = OLD.flow_key)
+         + (SELECT count(*) FROM workflow_node_jobs WHERE status = 'running' AND queue = OLD.queue AND flow_scope = OLD.flow_scope AND flow_key = OLD.flow_key)
+         >= lim THEN
+        PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TABLE public.ingest_jobs (
+    id bigint NOT NULL,
+    task_name text NOT NULL,
+    queue text NOT NULL,
+    args jsonb DEFAULT '{}'::jsonb NOT NULL,
+    reason text DEFAULT 'manual'::text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    result jsonb,
+    error text,
+    attempts integer DEFAULT 0 NOT NULL,
+    run_after timestamp with time zone DEFAULT now() NOT NULL,
+    max_attempts integer DEFAULT 3 NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer DEFAULT 0 NOT NULL,
+    dedup_key text,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    batch_suspect boolean DEFAULT false NOT NULL,
+    concurrency_key text,
+    flow_scope text,
+    flow_key text,
+    tenant text DEFAULT 'default'::text NOT NULL,
+    CONSTRAINT ingest_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
+    CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT ingest_jobs_tenant_check CHECK ((tenant <> ''::text))
+);
+
+CREATE FUNCTION public.qw_flow_held(j public.ingest_jobs, p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT CASE WHEN j.task_name = ANY(p_tasks) THEN j.task_name ELSE '*' END || chr(29) $$;
+
+CREATE TABLE public.workflow_node_jobs (
+    id bigint NOT NULL,
+    run_id bigint,
+    node_name text NOT NULL,
+    node_module text,
+    queue text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    required_model text,
+    inputs jsonb DEFAULT '{}'::jsonb NOT NULL,
+    context_delta jsonb,
+    error text,
+    attempts integer DEFAULT 0 NOT NULL,
+    run_after timestamp with time zone DEFAULT now() NOT NULL,
+    max_attempts integer DEFAULT 3 NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer DEFAULT 0 NOT NULL,
+    input_refs jsonb,
+    budget_seconds double precision,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    unassignable_reason text,
+    batch_suspect boolean DEFAULT false NOT NULL,
+    map_node text,
+    map_index integer,
+    map_total integer,
+    wake_at timestamp with time zone,
+    event_key text,
+    retry_policy jsonb,
+    concurrency_key text,
+    flow_scope text,
+    flow_key text,
+    tenant text DEFAULT 'default'::text NOT NULL,
+    CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
+    CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
+    CONSTRAINT workflow_node_jobs_map_index_check CHECK ((map_index >= 0)),
+    CONSTRAINT workflow_node_jobs_map_item_check CHECK (((map_node IS NULL) = (map_index IS NULL))),
+    CONSTRAINT workflow_node_jobs_map_total_check CHECK ((map_total >= 0)),
+    CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
+    CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
+    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
+    CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text))
+);
+
+CREATE FUNCTION public.qw_flow_held(j public.workflow_node_jobs, p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT CASE WHEN j.node_name = ANY(p_tasks) THEN j.node_name ELSE '*' END || chr(29) $$;
+
+CREATE FUNCTION public.qw_flow_key_of(p_key text, p_payload jsonb, p_path text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce(p_key, p_payload #>> string_to_array(substr(p_path, 6), '.'), '')
+$$;
+
+CREATE FUNCTION public.qw_flow_path(p_queue text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT string_to_array(substr(l.key_path, 6), '.') FROM flow_limits AS l
+             WHERE l.queue = p_queue AND l.key_path IS NOT NULL
+             ORDER BY l.task = '*' DESC, l.task LIMIT 1);
+END $$;
+
+CREATE FUNCTION public.qw_flow_scope(j public.ingest_jobs) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$ SELECT qw_flow_scope(j.queue, j.task_name) $$;
+
+CREATE FUNCTION public.qw_flow_scope(j public.workflow_node_jobs) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$ SELECT qw_flow_scope(j.queue, j.node_name) $$;
+
+CREATE FUNCTION public.qw_flow_scope(p_queue text, p_task text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT l.task FROM flow_limits AS l
+             WHERE l.queue = p_queue AND l.task IN (p_task, '*')
+             ORDER BY l.task = '*' LIMIT 1);
+END $$;
+
+CREATE FUNCTION public.qw_flow_tag(j public.ingest_jobs, p_path text[], p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN j.task_name = ANY(p_tasks) THEN j.task_name ELSE '*' END || chr(31) || coalesce(j.concurrency_key, j.args #>> p_path, '')
+$$;
+
+CREATE FUNCTION public.qw_flow_tag(j public.workflow_node_jobs, p_path text[], p_tasks text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN j.node_name = ANY(p_tasks) THEN j.node_name ELSE '*' END || chr(31) || coalesce(j.concurrency_key, j.inputs #>> p_path, '')
+$$;
+
+CREATE FUNCTION public.qw_flow_tasks(p_queue text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*');
+END $$;
+
 CREATE FUNCTION public.qw_node_run_tenant() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -107,6 +409,15 @@ CREATE FUNCTION public.qw_notify_job_revoked() RETURNS trigger
     AS $$
 BEGIN
     PERFORM pg_notify('qw_job_revoked', OLD.id || ':' || OLD.claimed_by);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_notify_timer() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('qw_timer', TG_TABLE_NAME);
     RETURN NULL;
 END
 $$;
@@ -188,6 +499,32 @@ EXCEPTION WHEN lock_not_available THEN
 END
 $$;
 
+CREATE TABLE public.flow_keys (
+    queue text NOT NULL,
+    scope text NOT NULL,
+    key text NOT NULL,
+    tokens double precision,
+    refilled_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.flow_limits (
+    queue text NOT NULL,
+    task text DEFAULT '*'::text NOT NULL,
+    key_path text,
+    max_running integer,
+    rate_count integer,
+    rate_seconds double precision,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT flow_limits_key_path_check CHECK ((key_path ~ '^args(\.[A-Za-z0-9_-]{1,64}){1,8}$'::text)),
+    CONSTRAINT flow_limits_max_running_check CHECK ((max_running >= 0)),
+    CONSTRAINT flow_limits_queue_check CHECK ((queue ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$'::text)),
+    CONSTRAINT flow_limits_rate_count_check CHECK ((rate_count >= 1)),
+    CONSTRAINT flow_limits_rate_seconds_check CHECK (((rate_seconds > (0)::double precision) AND (rate_seconds <= (86400)::double precision))),
+    CONSTRAINT flow_limits_rate_whole CHECK (((rate_count IS NULL) = (rate_seconds IS NULL))),
+    CONSTRAINT flow_limits_some_limit CHECK (((max_running IS NOT NULL) OR (rate_count IS NOT NULL))),
+    CONSTRAINT flow_limits_task_check CHECK (((task = '*'::text) OR (task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$'::text)))
+);
+
 CREATE TABLE public.gpu_claim_turns (
     queue text NOT NULL
 );
@@ -205,41 +542,6 @@ CREATE TABLE public.host_metrics (
     payload jsonb NOT NULL,
     sampled_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL
-);
-
-CREATE TABLE public.ingest_jobs (
-    id bigint NOT NULL,
-    task_name text NOT NULL,
-    queue text NOT NULL,
-    args jsonb DEFAULT '{}'::jsonb NOT NULL,
-    reason text DEFAULT 'manual'::text NOT NULL,
-    status text DEFAULT 'queued'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    result jsonb,
-    error text,
-    attempts integer DEFAULT 0 NOT NULL,
-    run_after timestamp with time zone DEFAULT now() NOT NULL,
-    max_attempts integer DEFAULT 3 NOT NULL,
-    claimed_by text,
-    claim_lock_key integer,
-    lease_expires_at timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    watchdog_trips integer DEFAULT 0 NOT NULL,
-    dedup_key text,
-    cpu_seconds double precision,
-    peak_rss_bytes bigint,
-    peak_vram_bytes bigint,
-    model_load_seconds double precision,
-    model_hit boolean,
-    wall_seconds double precision,
-    batch_suspect boolean DEFAULT false NOT NULL,
-    tenant text DEFAULT 'default'::text NOT NULL,
-    CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
-    CONSTRAINT ingest_jobs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE SEQUENCE public.ingest_jobs_id_seq
@@ -272,49 +574,6 @@ CREATE SEQUENCE public.job_events_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.job_events_id_seq OWNED BY public.job_events.id;
-
-CREATE TABLE public.workflow_node_jobs (
-    id bigint NOT NULL,
-    run_id bigint,
-    node_name text NOT NULL,
-    node_module text,
-    queue text NOT NULL,
-    status text DEFAULT 'queued'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    required_model text,
-    inputs jsonb DEFAULT '{}'::jsonb NOT NULL,
-    context_delta jsonb,
-    error text,
-    attempts integer DEFAULT 0 NOT NULL,
-    run_after timestamp with time zone DEFAULT now() NOT NULL,
-    max_attempts integer DEFAULT 3 NOT NULL,
-    claimed_by text,
-    claim_lock_key integer,
-    lease_expires_at timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    watchdog_trips integer DEFAULT 0 NOT NULL,
-    input_refs jsonb,
-    budget_seconds double precision,
-    cpu_seconds double precision,
-    peak_rss_bytes bigint,
-    peak_vram_bytes bigint,
-    model_load_seconds double precision,
-    model_hit boolean,
-    wall_seconds double precision,
-    unassignable_reason text,
-    batch_suspect boolean DEFAULT false NOT NULL,
-    retry_policy jsonb,
-    tenant text DEFAULT 'default'::text NOT NULL,
-    CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
-    CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
-    CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
-    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
-    CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text))
-);
 
 CREATE VIEW public.node_events AS
  SELECT e.id,
@@ -468,6 +727,29 @@ CREATE SEQUENCE public.workflow_dispatch_events_id_seq
 
 ALTER SEQUENCE public.workflow_dispatch_events_id_seq OWNED BY public.workflow_dispatch_events.id;
 
+CREATE TABLE public.workflow_events (
+    id bigint NOT NULL,
+    event_key text NOT NULL,
+    run_id bigint,
+    payload jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    error text,
+    applied_to bigint[],
+    requested_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    processed_at timestamp with time zone,
+    CONSTRAINT workflow_events_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'kept'::text, 'applied'::text, 'rejected'::text])))
+);
+
+CREATE SEQUENCE public.workflow_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.workflow_events_id_seq OWNED BY public.workflow_events.id;
+
 CREATE TABLE public.workflow_input_submissions (
     id bigint NOT NULL,
     run_id bigint NOT NULL,
@@ -562,6 +844,8 @@ ALTER TABLE ONLY public.job_events ALTER COLUMN id SET DEFAULT nextval('public.j
 
 ALTER TABLE ONLY public.workflow_dispatch_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_dispatch_events_id_seq'::regclass);
 
+ALTER TABLE ONLY public.workflow_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_events_id_seq'::regclass);
+
 ALTER TABLE ONLY public.workflow_input_submissions ALTER COLUMN id SET DEFAULT nextval('public.workflow_input_submissions_id_seq'::regclass);
 
 ALTER TABLE ONLY public.workflow_node_jobs ALTER COLUMN id SET DEFAULT nextval('public.workflow_node_jobs_id_seq'::regclass);
@@ -569,6 +853,12 @@ ALTER TABLE ONLY public.workflow_node_jobs ALTER COLUMN id SET DEFAULT nextval('
 ALTER TABLE ONLY public.workflow_run_actions ALTER COLUMN id SET DEFAULT nextval('public.workflow_run_actions_id_seq'::regclass);
 
 ALTER TABLE ONLY public.workflow_runs ALTER COLUMN id SET DEFAULT nextval('public.workflow_runs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.flow_keys
+    ADD CONSTRAINT flow_keys_pkey PRIMARY KEY (queue, scope, key);
+
+ALTER TABLE ONLY public.flow_limits
+    ADD CONSTRAINT flow_limits_pkey PRIMARY KEY (queue, task);
 
 ALTER TABLE ONLY public.gpu_claim_turns
     ADD CONSTRAINT gpu_claim_turns_pkey PRIMARY KEY (queue);
@@ -615,6 +905,9 @@ ALTER TABLE ONLY public.worker_heartbeats
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.workflow_events
+    ADD CONSTRAINT workflow_events_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.workflow_input_submissions
     ADD CONSTRAINT workflow_input_submissions_pkey PRIMARY KEY (id);
 
@@ -638,6 +931,8 @@ CREATE INDEX ingest_jobs_dedup_recent_idx ON public.ingest_jobs USING btree (ded
 
 CREATE INDEX ingest_jobs_finished_idx ON public.ingest_jobs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
 
+CREATE INDEX ingest_jobs_flow_running_idx ON public.ingest_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
+
 CREATE INDEX ingest_jobs_running_idx ON public.ingest_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX ingest_jobs_scheduled_idx ON public.ingest_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
@@ -652,13 +947,25 @@ CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_
 
 CREATE INDEX workflow_dispatch_events_run_idx ON public.workflow_dispatch_events USING btree (run_id);
 
+CREATE INDEX workflow_events_kept_idx ON public.workflow_events USING btree (event_key, id) WHERE (status = 'kept'::text);
+
+CREATE INDEX workflow_events_run_idx ON public.workflow_events USING btree (run_id);
+
 CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submissions USING btree (status, id) WHERE (status = ANY (ARRAY['pending'::text, 'processing'::text]));
 
 CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
 
 CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, tenant, priority, id) WHERE (status = 'queued'::text);
 
+CREATE INDEX workflow_node_jobs_event_key_idx ON public.workflow_node_jobs USING btree (event_key) WHERE (event_key IS NOT NULL);
+
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
+
+CREATE INDEX workflow_node_jobs_flow_running_idx ON public.workflow_node_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
+
+CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
+
+CREATE INDEX workflow_node_jobs_map_open_idx ON public.workflow_node_jobs USING btree (run_id, map_node, status) WHERE ((map_node IS NOT NULL) AND (status <> 'completed'::text));
 
 CREATE INDEX workflow_node_jobs_model_claim_idx ON public.workflow_node_jobs USING btree (queue, required_model, priority DESC, id) WHERE (status = 'queued'::text);
 
@@ -674,6 +981,10 @@ CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING b
 
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
 
+CREATE INDEX workflow_node_jobs_waiting_maps_idx ON public.workflow_node_jobs USING btree (run_id) WHERE ((status = 'waiting'::text) AND (map_total IS NOT NULL));
+
+CREATE INDEX workflow_node_jobs_wake_idx ON public.workflow_node_jobs USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
+
 CREATE INDEX workflow_run_actions_run_idx ON public.workflow_run_actions USING btree (run_id, id);
 
 CREATE INDEX workflow_runs_active_idx ON public.workflow_runs USING btree (status) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text]));
@@ -681,6 +992,10 @@ CREATE INDEX workflow_runs_active_idx ON public.workflow_runs USING btree (statu
 CREATE INDEX workflow_runs_finished_idx ON public.workflow_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
 
 CREATE UNIQUE INDEX workflow_runs_parent_node_key ON public.workflow_runs USING btree (parent_run_id, parent_node) WHERE (parent_run_id IS NOT NULL);
+
+CREATE TRIGGER ingest_jobs_flow_admit BEFORE UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'running'::text) AND (old.status <> 'running'::text) AND (new.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_admit();
+
+CREATE TRIGGER ingest_jobs_flow_freed AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
 
 CREATE TRIGGER ingest_jobs_ready_on_insert AFTER INSERT ON public.ingest_jobs FOR EACH ROW WHEN ((new.status = 'queued'::text)) EXECUTE FUNCTION public.qw_notify_job_ready('ingest_job_ready');
 
@@ -694,6 +1009,10 @@ CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs F
 
 CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
 
+CREATE TRIGGER workflow_events_deliver BEFORE INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_deliver_event();
+
+CREATE TRIGGER workflow_events_notify AFTER INSERT ON public.workflow_events FOR EACH ROW WHEN ((new.status = 'kept'::text)) EXECUTE FUNCTION public.qw_notify_timer();
+
 CREATE TRIGGER workflow_input_submissions_notify AFTER INSERT ON public.workflow_input_submissions FOR EACH ROW EXECUTE FUNCTION public.qw_notify_input_submission();
 
 CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_ins BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'awaiting_input'::text])))) EXECUTE FUNCTION public.qw_cancelled_run_guard();
@@ -701,6 +1020,10 @@ CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_ins BEFORE INSERT ON publi
 CREATE TRIGGER workflow_node_jobs_cancelled_run_guard_upd BEFORE UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'awaiting_input'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_cancelled_run_guard();
 
 CREATE TRIGGER workflow_node_jobs_dispatch_event AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_record_dispatch_event();
+
+CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'running'::text) AND (old.status <> 'running'::text) AND (new.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_admit();
+
+CREATE TRIGGER workflow_node_jobs_flow_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
 
 CREATE TRIGGER workflow_node_jobs_parent_node_ended AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (old.status = 'waiting'::text) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))) EXECUTE FUNCTION public.qw_parent_node_ended();
 
@@ -718,12 +1041,19 @@ CREATE TRIGGER workflow_node_jobs_run_tenant BEFORE INSERT ON public.workflow_no
 
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
+CREATE TRIGGER workflow_node_jobs_timer_notify_ins AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)))) EXECUTE FUNCTION public.qw_notify_timer();
+
+CREATE TRIGGER workflow_node_jobs_timer_notify_upd AFTER UPDATE OF status, wake_at, event_key ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)) AND ((old.status IS DISTINCT FROM new.status) OR (old.wake_at IS DISTINCT FROM new.wake_at) OR (old.event_key IS DISTINCT FROM new.event_key)))) EXECUTE FUNCTION public.qw_notify_timer();
+
 CREATE TRIGGER workflow_runs_child_ended AFTER UPDATE OF status ON public.workflow_runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_child_run_ended();
 
 CREATE TRIGGER workflow_runs_parent_tenant BEFORE INSERT ON public.workflow_runs FOR EACH ROW EXECUTE FUNCTION public.qw_child_run_tenant();
 
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.workflow_events
+    ADD CONSTRAINT workflow_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.workflow_input_submissions
     ADD CONSTRAINT workflow_input_submissions_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
@@ -743,6 +1073,30 @@ GRANT USAGE ON SCHEMA public TO qw_scheduler;
 GRANT USAGE ON SCHEMA public TO qw_dashboard;
 GRANT USAGE ON SCHEMA public TO qw_metrics;
 
+GRANT SELECT,INSERT,UPDATE ON TABLE public.ingest_jobs TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs TO qw_orchestrator;
+GRANT SELECT,INSERT ON TABLE public.ingest_jobs TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.ingest_jobs TO qw_dashboard;
+GRANT SELECT ON TABLE public.ingest_jobs TO qw_metrics;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_worker;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.flow_keys TO qw_worker;
+GRANT SELECT ON TABLE public.flow_keys TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.flow_keys TO qw_orchestrator;
+GRANT SELECT ON TABLE public.flow_keys TO qw_dashboard;
+GRANT SELECT ON TABLE public.flow_keys TO qw_scheduler;
+
+GRANT SELECT ON TABLE public.flow_limits TO qw_worker;
+GRANT SELECT ON TABLE public.flow_limits TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.flow_limits TO qw_orchestrator;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.flow_limits TO qw_dashboard;
+GRANT SELECT ON TABLE public.flow_limits TO qw_scheduler;
+
 GRANT SELECT,INSERT,UPDATE ON TABLE public.gpu_claim_turns TO qw_worker;
 GRANT SELECT ON TABLE public.gpu_claim_turns TO qw_orchestrator;
 GRANT SELECT ON TABLE public.gpu_claim_turns TO qw_scheduler;
@@ -761,12 +1115,6 @@ GRANT SELECT ON TABLE public.host_metrics TO qw_scheduler;
 GRANT SELECT ON TABLE public.host_metrics TO qw_dashboard;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.host_metrics TO qw_metrics;
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.ingest_jobs TO qw_worker;
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs TO qw_orchestrator;
-GRANT SELECT,INSERT ON TABLE public.ingest_jobs TO qw_scheduler;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.ingest_jobs TO qw_dashboard;
-GRANT SELECT ON TABLE public.ingest_jobs TO qw_metrics;
-
 GRANT SELECT,USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_worker;
 GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_scheduler;
@@ -782,12 +1130,6 @@ GRANT SELECT,USAGE ON SEQUENCE public.job_events_id_seq TO qw_worker;
 GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_scheduler;
 GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_dashboard;
-
-GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_worker;
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs TO qw_orchestrator;
-GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_scheduler;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_dashboard;
-GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_metrics;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.node_events TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.node_events TO qw_orchestrator;
@@ -870,6 +1212,17 @@ GRANT SELECT,USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_work
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_scheduler;
 GRANT USAGE ON SEQUENCE public.workflow_dispatch_events_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_events TO qw_worker;
+GRANT SELECT ON TABLE public.workflow_events TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_events TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_events TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_events TO qw_scheduler;
+
+GRANT ALL ON SEQUENCE public.workflow_events_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_dashboard;
+GRANT USAGE ON SEQUENCE public.workflow_events_id_seq TO qw_scheduler;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_input_submissions TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_input_submissions TO qw_orchestrator;

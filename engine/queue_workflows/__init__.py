@@ -29,6 +29,7 @@ from queue_workflows.dag import (
 from queue_workflows.dag.audit import run_actions
 from queue_workflows.dag.control import cancel_run, restart_run
 from queue_workflows.dag.definition import WorkflowValidationError
+from queue_workflows.dag.events import event_status, send_event
 from queue_workflows.dag.inputs import submit_input
 from queue_workflows.dag.store import run_status, start_run
 from queue_workflows.errors import (
@@ -62,6 +63,8 @@ __all__ = [
     "restart_run",
     "run_actions",
     "submit_input",
+    "send_event",
+    "event_status",
     "set_invoke_context",
     "set_node_module_package",
     "set_node_resolver",

@@ -71,5 +71,5 @@ def _shape(job: object) -> tuple[Any, ...] | None:
 
 def _columns(params: Mapping[str, Any]) -> str:
     """One COPY text line in `_INGEST_ARGS` order, args left as a marker filled per item."""
-    cells = [str(params[k]).translate(_ESCAPES) if k != "args" else "\x00ARGS\x00" for k in _INGEST_ARGS]
+    cells = ["\x00ARGS\x00" if k == "args" else "\\N" if params[k] is None else str(params[k]).translate(_ESCAPES) for k in _INGEST_ARGS]
     return "\t".join(cells) + "\n"

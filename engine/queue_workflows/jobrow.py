@@ -55,6 +55,10 @@ class JobRow:
     finished_at: datetime | None = None
     watchdog_trips: int = 0
     batch_suspect: bool = False
+    concurrency_key: str | None = None  # its key under a flow limit (docs/flow_control.md)
+    flow_scope: str | None = None  # the limit it was admitted under, stamped by the claim
+    flow_key: str | None = None  # the key it was admitted under
+    tenant: str = "default"  # whose job it is, for fair share (docs/flow_control.md)
 
     table: ClassVar[str]
 
@@ -102,6 +106,11 @@ class NodeJob(JobRow):
     retry_policy: dict[str, Any] | None = None  # timeout, retry_backoff, retry_on, no_retry_on (common/retry_policy.py)
     context_delta: dict[str, Any] | None = None
     unassignable_reason: str | None = None
+    wake_at: datetime | None = None  # a sleep's deadline or an event wait's timeout (dag/timers.py); never on a claimed row
+    event_key: str | None = None  # what an event wait waits for
+    map_node: str | None = None  # on a map's item: the map it belongs to (dag/map.py)
+    map_index: int | None = None  # ... and its place in the map's list
+    map_total: int | None = None  # on a map's own row: the length of its list
 
     table: ClassVar[str] = "workflow_node_jobs"
 

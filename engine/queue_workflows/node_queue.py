@@ -34,7 +34,7 @@ NODE_QUEUES = RESERVED_QUEUES
 _NODE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 _BIGINT_MAX = 2**63 - 1
-_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts", "tenant")
+_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts", "concurrency_key", "tenant")
 
 __all__ = [
     "Claimant",
@@ -91,6 +91,7 @@ def _ingest_params(
     reason: str = "manual",
     priority: int = 0,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
     tenant: str = DEFAULT_TENANT,
 ) -> dict[str, Any]:
     """Validate one ingest job and return its bind parameters; raises before anything is written."""
@@ -105,8 +106,14 @@ def _ingest_params(
         "reason": reason,
         "priority": _check_priority(priority),
         "max_attempts": _check_max_attempts(max_attempts),
+        "concurrency_key": check_concurrency_key(concurrency_key),
         "tenant": check_tenant(tenant),
     }
+
+
+def check_concurrency_key(key: object) -> str | None:
+    """A job's concurrency key (docs/flow_control.md): None, or 1 to 200 characters Postgres can store."""
+    return None if key is None else check_text(key, what="concurrency_key", max_chars=200)
 
 
 def enqueue_ingest_job(
@@ -118,6 +125,7 @@ def enqueue_ingest_job(
     priority: int = 0,
     max_attempts: int | None = None,
     dedup_key: str | None = None,
+    concurrency_key: str | None = None,
     tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
 ) -> Row:
@@ -127,7 +135,8 @@ def enqueue_ingest_job(
     With `dedup_key`, a job with that key that is live (or finished within
     `QW_DEDUP_WINDOW_SECONDS`) is returned instead of enqueueing another.
     """
-    params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts, tenant=tenant)
+    params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts,
+                            concurrency_key=concurrency_key, tenant=tenant)
     if dedup_key is None:
         row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_ingest_job"), params))
     else:
@@ -197,6 +206,7 @@ def enqueue_node_job(
     required_model: str | None = None,
     max_attempts: int | None = None,
     retry_policy: Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
     check_callable: bool = True,
     tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
@@ -229,6 +239,7 @@ def enqueue_node_job(
         "inputs": json_object(inputs, what="inputs", max_bytes=config.current().settings.max_payload_bytes),
         "max_attempts": _check_max_attempts(max_attempts),
         "retry_policy": _checked_policy(retry_policy),
+        "concurrency_key": check_concurrency_key(concurrency_key),
         "tenant": check_tenant(tenant),
     }
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing

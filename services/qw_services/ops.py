@@ -1,4 +1,4 @@
-"""The operator's `qw` subcommands: workers, jobs, one job, cancel, retry, worker on|off.
+"""The operator's `qw` subcommands: workers, jobs, one job, runs, one run, cancel, retry, restart, input, event, worker on|off.
 
 Exit codes scripts can rely on: 0 done; 1 the database failed; 2 bad input or configuration;
 3 no such job, or the job is not in a state that allows the action; 141 the reader of stdout closed early (`| head`).
@@ -25,6 +25,7 @@ from queue_workflows import (
     restart_run,
     run_actions,
     run_status,
+    send_event,
     submit_input,
 )
 from queue_workflows.control import commands as worker_control
@@ -32,10 +33,10 @@ from queue_workflows.dag import InputNotAwaitedError, RunStateError
 from queue_workflows.errors import UnknownQueueError
 from queue_workflows.ops import admin
 
-from .tables import age, print_table
+from .tables import age, print_table, waiting_for
 
 EXIT_NOT_FOUND = 3
-COMMANDS = ("jobs", "job", "cancel", "retry", "workers", "runs", "run", "restart", "input")  # `worker` runs control.commands.run_switch
+COMMANDS = ("jobs", "job", "cancel", "retry", "workers", "runs", "run", "restart", "input", "event")  # `worker` runs control.commands.run_switch
 
 
 def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -72,6 +73,11 @@ def add_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     given.add_argument("node")
     given.add_argument("--value", required=True, help='a JSON object, e.g. \'{"approved": true}\'')
     given.add_argument("--json", action="store_true")
+    event = sub.add_parser("event", parents=parents, help="send an event to the wait_event nodes waiting on KEY (the first event wins)")
+    event.add_argument("key")
+    event.add_argument("payload", help='a JSON object, the waiting node\'s output, e.g. \'{"approved": true}\'')
+    event.add_argument("--run", type=int, default=None, help="only this run's waiter")
+    event.add_argument("--json", action="store_true")
     worker = sub.add_parser("worker", parents=parents, help="turn one (host, queue) worker on or off")
     worker.add_argument("switch", choices=("on", "off"))
     worker_control.add_switch_options(worker)  # the engine owns the action: queue-worker-control runs the same code
@@ -136,7 +142,30 @@ def _run(args: argparse.Namespace) -> int:
             raise InvalidPayloadError(f"--value is not JSON: {exc}") from None
         return _run_action(lambda: {"run_id": args.run_id, "submission": submit_input(args.run_id, args.node, value, requested_by=_operator())},
                            args.json, "input submitted")
+    if args.command == "event":
+        return _event(args)
     return _one(admin.retry_job(args.ref), args.json, "queued again")
+
+
+def _event(args: argparse.Namespace) -> int:
+    """Send it and print what became of it: applied to which nodes, kept for a node to come, or rejected and why."""
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        raise InvalidPayloadError(f"the payload is not JSON: {exc}") from None
+    try:
+        row = send_event(args.key, payload, run_id=args.run, requested_by=_operator())
+    except RunStateError as exc:
+        raise admin.JobNotFoundError(str(exc)) from None
+    if args.json:
+        _dump(row)
+    elif row["status"] == "applied":
+        print(f"event {row['id']}: applied to node job(s) {', '.join(str(i) for i in row['applied_to'])}")
+    elif row["status"] == "kept":
+        print(f"event {row['id']}: kept (no node waits on {args.key!r} yet: the first one to wait takes it)")
+    else:
+        print(f"event {row['id']}: rejected: {row['error']}")
+    return EXIT_NOT_FOUND if row["status"] == "rejected" else 0
 
 
 def _run_id(ref: str) -> int:
@@ -259,9 +288,17 @@ def runs_table(rows: list[dict[str, Any]]) -> Table:
 def nodes_table(nodes: dict[str, dict[str, Any]]) -> Table:
     table = _table("node", "status", "attempts", "queue", "job", "output / error")
     for name, n in nodes.items():
-        detail = (n["error"] or "").strip().splitlines()[-1:] if n["error"] else [json.dumps(n["output"], default=str)[:80] if n["output"] is not None else ""]
+        waits = waiting_for(n)
+        detail = [waits] if waits else (n["error"] or "").strip().splitlines()[-1:] if n["error"] else [json.dumps(n["output"], default=str)[:80] if n["output"] is not None else ""]
+        if n.get("map"):  # a map's items are not rows of this table: its progress stands in for its (long) output
+            detail = [map_progress(n["map"]) + (f"; {detail[0]}" if n["error"] and detail else "")]
         table.add_row(name, n["status"], str(n["attempts"]), n["queue"] or "-", f"run:{n['child_run_id']}" if n.get("child_run_id") else f"node:{n['job_id']}" if n["job_id"] else "-", (detail or [""])[0][:80])
     return table
+
+
+def map_progress(progress: dict[str, int]) -> str:
+    """A map node's items as `done/running/failed of N`."""
+    return f"{progress['done']}/{progress['running']}/{progress['failed']} of {progress['total']} done/running/failed"
 
 
 def actions_table(actions: list[dict[str, Any]]) -> Table:

@@ -1,9 +1,10 @@
-"""Terminal tables (rich) for `qw status` and the `qw dev` summary."""
+"""Terminal tables (rich) for `qw status` and the `qw dev` summary, and the words `qw run` and the dashboard share."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
@@ -56,3 +57,19 @@ def print_table(table: Table) -> None:
     """Print to stdout; when piped, wide enough that no column is cut (rich assumes 80)."""
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
     console.print(table)
+
+
+def waiting_for(node: Mapping[str, Any]) -> str:
+    """A sleeping node's wake time, a waiting node's key and timeout; '' for anything else."""
+    if node["status"] != "waiting":
+        return ""
+    if node.get("wake_at") is not None:
+        return f"sleeping until {_utc(node['wake_at'])}"
+    if node.get("event_key") is not None:
+        until = f", timeout at {_utc(node['timeout_at'])}" if node.get("timeout_at") else ""
+        return f"waiting for event {node['event_key']!r}{until}"
+    return ""
+
+
+def _utc(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

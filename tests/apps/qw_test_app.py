@@ -119,3 +119,34 @@ if os.environ.get("QW_TEST_MEMORY_FILE"):
         return MemoryReadings(ram_percent=data["ram"], swap_percent=data["swap"], gpu_percent=data.get("gpu"))
 
     set_memory_probe(_file_probe)
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a killed worker the test has not reaped yet is dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def flow_span(reason: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Record this run's span under its key and how many live spans of that key it saw at its start
+    and its end (others whose process is dead count as ended); sleep `sleep` between the two."""
+    key, token = str(args.get("basin", "")), str(args["token"])
+    with psycopg.connect(config.current().database_url(), autocommit=True) as conn:
+        span = conn.execute("INSERT INTO test_flow_spans (key, token, pid) VALUES (%s, %s, %s) RETURNING id",
+                            (key, token, os.getpid())).fetchone()[0]
+
+        def live() -> int:
+            rows = conn.execute("SELECT pid FROM test_flow_spans WHERE key = %s AND ended_at IS NULL", (key,)).fetchall()
+            return sum(1 for (pid,) in rows if _alive(pid))
+
+        seen = live()
+        time.sleep(float(args.get("sleep", 0)))
+        seen = max(seen, live())
+        conn.execute("UPDATE test_flow_spans SET ended_at = clock_timestamp(), live_seen = %s WHERE id = %s", (seen, span))
+    return {"pid": os.getpid(), "live_seen": seen}
+
+
+register_ingest_task("flow_span", flow_span)

@@ -246,3 +246,41 @@ def test_the_beat_outlives_unexpected_errors_and_keeps_renewing(database_url: st
         release.set()
         thread.join(timeout=10)
     assert conn.execute("SELECT status, attempts FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone() == {"status": "completed", "attempts": 1}
+
+
+def test_a_cancel_heard_before_the_job_starts_still_stops_it_at_once(database_url: str, conn, monkeypatch) -> None:
+    """The claim commits, the operator cancels, the beat hears it, and only then does the job's code start."""
+    import threading
+
+    import queue_workflows
+    from queue_workflows import admin, claim_worker
+
+    queue_workflows.configure(database_url=database_url, ingest_queues=frozenset({"fetch"}), lease_seconds=60,
+                              lease_renew_seconds=30, heartbeat_seconds=0.1)
+    release = threading.Event()
+    register_ingest_task("hold", lambda reason: {"released": release.wait(30)})
+    job = node_queue.enqueue_ingest_job("hold", "fetch")
+    worker = claim_worker.ClaimWorker("fetch", max_jobs=1)
+    exits: list[tuple[float, int]] = []
+    worker.beat.exit_fn = lambda code, reason: exits.append((time.monotonic(), code))
+    real_started = worker.beat.job_started
+
+    def started_after_a_cancel(*args, **kwargs):
+        admin.cancel_job(f"ingest:{job['id']}")
+        cancelled_at = conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+        wait_until(lambda: conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s",
+                                        (cancelled_at, worker.worker_id)).fetchone()["beat"],
+                   timeout=10, what="a heartbeat after the cancel: the beat has read its notice")
+        return real_started(*args, **kwargs)
+
+    monkeypatch.setattr(worker.beat, "job_started", started_after_a_cancel)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: exits, timeout=10, what="the worker stopping the cancelled job (a renewal is 30 s away)")
+        assert [code for _, code in exits] == [77]
+    finally:
+        release.set()
+        worker.request_stop()
+        thread.join(timeout=10)
+    assert conn.execute("SELECT status FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "cancelled"

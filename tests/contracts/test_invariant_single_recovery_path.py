@@ -8,6 +8,7 @@ import pathlib
 import re
 
 import pytest
+from procs import wait_until
 
 import queue_workflows
 from queue_workflows import db, node_queue, register_ingest_task
@@ -36,8 +37,8 @@ def test_a_live_session_keeps_its_job_and_a_dropped_one_loses_it_at_once(databas
     job = node_queue.claim_ingest_job("fetch", Claimant("w", 7001))
     assert reclaim.reclaim_orphans() == []
     assert status(conn, job["id"]) == "running"
-    session.close()  # the worker process died: Postgres drops its lock
-    reclaimed = reclaim.reclaim_orphans()
+    session.close()  # the worker process died: Postgres drops its lock once the backend has ended
+    reclaimed = wait_until(reclaim.reclaim_orphans, timeout=10, what="the dropped session's job reclaimed")
     assert [(r["id"], r["status"], r["lost_by"]) for r in reclaimed] == [(job["id"], "queued", "w")]
     after = conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()
     assert (after["claimed_by"], after["claim_lock_key"], after["lease_expires_at"]) == (None, None, None)
@@ -94,7 +95,7 @@ def test_only_reclaim_and_the_owners_release_or_retry_put_a_running_job_back():
     set_clauses = {b.split()[0]: re.findall(r"\bSET\b(.*?)\bWHERE\b", b, flags=re.DOTALL) for b in blocks}
     requeuers = {name for name, clauses in set_clauses.items() if any(f"'{s}'" in c for c in clauses for s in ("queued", "scheduled"))}
     assert requeuers == {"reclaim_orphans", "release_job", "retry_job", "promote_due_jobs", "watchdog_trip", "operator_retry_job",
-                         "dag_reset_nodes"}
+                         "dag_reset_nodes", "map_promote"}
     for name in ("release_job", "retry_job", "watchdog_trip"):
         block = next(b for b in blocks if b.startswith(name))
         assert "claimed_by = %(worker_id)s AND status = 'running'" in block, f"{name} must only hand back the caller's own job"
@@ -103,3 +104,5 @@ def test_only_reclaim_and_the_owners_release_or_retry_put_a_running_job_back():
         assert "status IN ('failed', 'cancelled')" in operator, f"{name}: an operator retries only finished jobs, never a running one"
     promote = next(b for b in blocks if b.startswith("promote_due_jobs"))
     assert "WHERE status = 'scheduled'" in promote and "'running'" not in promote, "promotion never touches a running job"
+    items = next(b for b in blocks if b.startswith("map_promote"))
+    assert "status = 'waiting'" in items and "'running'" not in items, "a map queues only its held items, never a running one"

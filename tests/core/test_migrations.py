@@ -40,10 +40,10 @@ def test_concurrent_bootstraps_apply_the_chain_once(scratch_database_url):
 
 def test_a_migrator_that_loses_the_race_to_create_the_ledger_waits_and_applies_nothing(scratch_database_url, tmp_path):
     (tmp_path / "0001_gated.sql").write_text("LOCK TABLE gate IN ACCESS EXCLUSIVE MODE;")
-    results: list[list[int]] = []
+    results: dict[str, list[int]] = {}
 
-    def migrate() -> None:
-        results.append(db.bootstrap(migrations_dir=tmp_path, version_table="gated_ledger", url=scratch_database_url))
+    def migrate(name: str) -> None:  # by name: once the gate opens, either thread may finish first
+        results[name] = db.bootstrap(migrations_dir=tmp_path, version_table="gated_ledger", url=scratch_database_url)
 
     def waiting() -> int:
         with psycopg.connect(scratch_database_url) as probe:
@@ -55,15 +55,15 @@ def test_a_migrator_that_loses_the_race_to_create_the_ledger_waits_and_applies_n
         gate.execute("CREATE TABLE gate (id int)")
         gate.commit()
         gate.execute("LOCK TABLE gate IN ACCESS EXCLUSIVE MODE")  # the first migrator stops inside its migration
-        first = threading.Thread(target=migrate)
+        first = threading.Thread(target=migrate, args=("first",))
         first.start()
         wait_until(lambda: waiting() == 1, timeout=10, what="the first migrator waits on the gate")
-        second = threading.Thread(target=migrate)
+        second = threading.Thread(target=migrate, args=("second",))
         second.start()  # its CREATE of the ledger waits on the first's uncommitted catalog row
         wait_until(lambda: waiting() == 2, timeout=10, what="the second migrator waits on the first")
     for t in (first, second):
         t.join(timeout=30)
-    assert results == [[1], []]
+    assert results == {"first": [1], "second": []}
 
 
 def test_downgrade_reverses_to_a_version_and_back_up(scratch_database_url):

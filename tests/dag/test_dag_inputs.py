@@ -42,7 +42,7 @@ def test_input_steps_validate_in_both_forms():
     for bad, message in [
         ({"id": "a", "kind": "input", "call": f"{N}:echo"}, "an input step runs nothing: give it no 'call'"),
         ({"id": "a", "kind": "input", "queue": "gpu", "model": "m"}, "an input step takes no queue or model"),
-        ({"id": "a", "kind": "human", "call": f"{N}:echo"}, "kind must be one of 'task', 'input', 'workflow', not 'human'"),
+        ({"id": "a", "kind": "human", "call": f"{N}:echo"}, "kind must be one of 'task', 'input', 'workflow', 'map', 'sleep', 'wait_event', not 'human'"),
         ({"id": "a"}, "'call' must be 'pkg.module' or 'pkg.module:function', not None"),
     ]:
         with pytest.raises(WorkflowValidationError, match=f"node 'a': {message}"):

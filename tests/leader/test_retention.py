@@ -78,9 +78,13 @@ def test_events_have_their_own_window(database_url, conn):
     query(database_url, "UPDATE ingest_jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (job,))
     query(database_url, "INSERT INTO job_events (job_table, job_id, to_status, attempts, at) "
                         "VALUES ('ingest_jobs', %s, 'failed', 1, now() - interval '2 hours')", (job,))
+    for key, age in (("old", "2 hours"), ("new", "1 minute")):  # events of wait_event nodes, kept (no node waits)
+        query(database_url, "INSERT INTO workflow_events (event_key, payload) VALUES (%s, '{}')", (key,))
+        query(database_url, "UPDATE workflow_events SET created_at = now() - %s::interval WHERE event_key = %s", (age, key))
     deleted = retention.prune_once(conn)
-    assert deleted == {"prune_job_events": 1, "prune_dispatch_events": 0}
+    assert deleted == {"prune_job_events": 1, "prune_dispatch_events": 0, "prune_workflow_events": 1}
     assert [r["to_status"] for r in query(database_url, "SELECT to_status FROM job_events")] == ["cancelled"]
+    assert [r["event_key"] for r in query(database_url, "SELECT event_key FROM workflow_events")] == ["new"]
     assert ids(database_url, "ingest_jobs") == {job}  # finished rows: kept forever
 
 

@@ -126,3 +126,24 @@ def test_cancel_restart_and_input_for_runs(env, capsys):
     assert _json(capsys, ["restart", str(run_id)])["run_id"] == run_id
     assert run_status(run_id)["status"] == "running" and run_status(run_id)["nodes"]["first"]["status"] == "queued"
     assert cli.main(["restart", "999"]) == 3
+
+
+def test_run_shows_a_maps_progress_as_done_running_failed_of_n(env, capsys, conn):
+    from queue_workflows import start_run
+    from queue_workflows.dag.outbox import DispatchDrain
+
+    run_id = start_run({"name": "fan", "nodes": [
+        {"id": "m", "kind": "map", "call": "qw_map_nodes:square", "over": list(range(5)), "max_parallel": 3}]}, {})
+    items = conn.execute("SELECT id FROM workflow_node_jobs WHERE map_node = 'm' ORDER BY map_index").fetchall()
+    node_queue.mark_completed(items[0]["id"], {"sq": 0}, conn=conn)
+    conn.execute("UPDATE workflow_node_jobs SET status = 'running', claimed_by = 'w' WHERE id = %s", (items[1]["id"],))
+    conn.commit()
+    DispatchDrain().drain_once(conn)
+    status = _json(capsys, ["run", str(run_id)])
+    assert list(status["nodes"]) == ["m"]  # the items are not nodes
+    assert status["nodes"]["m"]["map"] == {"total": 5, "done": 1, "running": 1, "failed": 0, "queued": 3}
+    assert cli.main(["run", str(run_id)]) == 0
+    out = capsys.readouterr().out
+    assert "1/1/0 of 5 done/running/failed" in out and "m[0]" not in out
+    [listed] = _json(capsys, ["runs"])
+    assert (listed["nodes_started"], listed["active"], listed["completed"]) == (1, 1, 0)  # the map's row, not its items

@@ -267,3 +267,17 @@ def test_the_password_is_read_from_the_docker_secret(tmp_path) -> None:
     assert settings.dashboard_password is not None and settings.dashboard_password.get_secret_value() == "from-a-secret"
     assert "from-a-secret" not in repr(settings), "a SecretStr never prints"
     assert settings.dashboard_addr == "127.0.0.1"
+
+
+def test_the_run_page_shows_a_maps_progress_not_its_items(client: TestClient, database_url: str, conn) -> None:
+    from queue_workflows.dag.outbox import DispatchDrain
+
+    run_id = queue_workflows.start_run({"name": "fan", "nodes": [
+        {"id": "m", "kind": "map", "call": "qw_map_nodes:square", "over": [1, 2, 3], "max_parallel": 2}]}, {})
+    first = query(database_url, "SELECT id FROM workflow_node_jobs WHERE map_node = 'm' ORDER BY map_index LIMIT 1")[0]["id"]
+    node_queue.mark_completed(first, {"sq": 1}, conn=conn)
+    DispatchDrain().drain_once(conn)
+    for path in (f"/runs/{run_id}", f"/runs/{run_id}/live"):
+        page = client.get(path).text
+        assert '<span class="map-progress" data-map="m"' in page and ">1/0/0 of 3</span>" in page, page
+        assert page.count("<g class=\"node") == 1 and "m[0]" not in page

@@ -134,12 +134,13 @@ def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_
         assert worker.poll() is None, "park keeps the process alive"
         figures["screenshot_workers"] = str(_shot(page, "overview-workers-parked"))
 
-        # A run's DAG with its node states.
+        # A run's DAG with its node states: the leading orchestrator's drain dispatches 'ask' once 'draft' completes.
+        wait_for_log(orchestrator, "orchestrator running", timeout=30)
         run_id = queue_workflows.start_run(approval(), {})
         complete(database_url, conn, run_id, "draft", {"echo": {"v": 1}})
         page.goto(f"{base}/runs/{run_id}")
         for node, status in (("draft", "completed"), ("ask", "awaiting_input"), ("publish", "pending")):
-            page.locator(f'svg.dag g[data-node="{node}"][data-status="{status}"]').wait_for(timeout=5_000)
+            page.locator(f'svg.dag g[data-node="{node}"][data-status="{status}"]').wait_for(timeout=15_000)
         assert page.locator("svg.dag path.edge").count() == 2
         figures["screenshot_run"] = str(_shot(page, "run-dag"))
         page.fill('form.input-form textarea[name="value"]', '{"approver": "browser"}')

@@ -9,7 +9,8 @@
   Migration 0014's guard trigger turns any later (re)queue of a node of a cancelled (or failed)
   run - a retry, a reclaim, a hand-back - into 'cancelled', so nothing of it is claimed again.
 - `restart_run(run_id)`: a failed or cancelled run goes back to running; its failed and
-  cancelled nodes are reset in place (fresh attempts, input steps back to awaiting_input), its
+  cancelled nodes are reset in place (fresh attempts, input steps back to awaiting_input, sleeps
+  and event waits back to waiting with a fresh deadline: `timers`), its
   completed outputs and skipped markers are kept, and the dispatcher enqueues the never-run
   nodes that are ready. The unique (run_id, node_name) makes a duplicate node impossible. A
   failed or cancelled child run is restarted in place, the same way, with its parent.
@@ -36,7 +37,8 @@ from psycopg.rows import dict_row
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.dag import audit, store
+from queue_workflows.dag import audit, store, timers
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow
 from queue_workflows.errors import QueueWorkflowsError
 from queue_workflows.payloads import check_id, check_note, clean_text
@@ -123,7 +125,13 @@ def _restart(cur: Any, run_id: int, requested_by: str | None, why: str) -> dict[
                         {"run_id": run_id, "error": f"run {run_id} was restarted before this answer was applied: submit it again"}).fetchall()
     input_steps = [n.id for n in wf.nodes if n.is_input]
     child_nodes = [n.id for n in wf.nodes if n.is_child]
-    reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps, "held": child_nodes}).fetchall()
+    maps = [n.id for n in wf.nodes if n.is_map]
+    reset = cur.execute(_DAG["dag_reset_nodes"], {"run_id": run_id, "input_steps": input_steps, "held": child_nodes, "maps": maps}).fetchall()
+    nodes = wf.by_id()
+    timed = [nodes[r["node_name"]] for r in reset if r["node_name"] in nodes and nodes[r["node_name"]].is_timer]
+    if timed:  # a reset sleep or event wait waits again (dag/timers.py says how its deadline restarts)
+        scope = store.read_scope(cur, run_id, wf)
+        timers.rearm(cur, [timers.row(run, node, scope) for node in timed])
     restarted, unstarted = [], []
     for name in sorted(r["node_name"] for r in reset if r["node_name"] in child_nodes):
         below = cur.execute(_CHILD["child_of_node"], {"run_id": run_id, "node_name": name}).fetchone()
@@ -159,7 +167,8 @@ def reconcile_runs(conn: db.Conn, *, limit: int = 100, max_attempts: int | None 
     backoff = {"max_attempts": limit_attempts, "backoff_base": backoff_base, "backoff_max": backoff_max}
     repaired: list[int] = []
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        for row in cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall():
+        stalled = cur.execute(_DAG["dag_stalled_runs"], {"limit": limit}).fetchall() + mapping.stalled_runs(cur, limit=limit)
+        for row in stalled:
             try:
                 with conn.transaction():
                     if row["status"] == "queued":

@@ -20,20 +20,19 @@ SELECT id, status, priority, depth, created_at, definition IS NOT NULL AS has_de
 -- name: dag_run_definition
 SELECT definition FROM workflow_runs WHERE id = %(run_id)s;
 
--- name: dag_run_states
-SELECT node_name, status FROM workflow_node_jobs WHERE run_id = %(run_id)s;
-
 -- name: dag_node_states
+-- By name through the unique (run_id, node_name): a map's item rows are never read or counted as nodes.
 SELECT node_name, status FROM workflow_node_jobs WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]);
 
 -- name: dag_run_done_count
-SELECT count(*) AS n FROM workflow_node_jobs WHERE run_id = %(run_id)s AND status IN ('completed', 'skipped');
+SELECT count(*) AS n FROM workflow_node_jobs
+ WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]) AND status IN ('completed', 'skipped');
 
 -- name: dag_run_scope
 -- What references resolve against: the run's context and its completed outputs, in completion order.
 SELECT r.context, j.node_name, j.status, j.context_delta
   FROM workflow_runs r
-  LEFT JOIN workflow_node_jobs j ON j.run_id = r.id AND j.status = 'completed'
+  LEFT JOIN workflow_node_jobs j ON j.run_id = r.id AND j.node_name = ANY(%(names)s::text[]) AND j.status = 'completed'
  WHERE r.id = %(run_id)s
  ORDER BY j.finished_at NULLS LAST, j.id;
 
@@ -41,25 +40,36 @@ SELECT r.context, j.node_name, j.status, j.context_delta
 SELECT * FROM workflow_runs WHERE id = %(run_id)s;
 
 -- name: dag_run_nodes
+-- A run's nodes, never a map's items (`map.progress` counts those).
 SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, error, required_model,
-       created_at, started_at, finished_at
+       map_total, created_at, started_at, finished_at, wake_at, event_key
   FROM workflow_node_jobs
- WHERE run_id = %(run_id)s
+ WHERE run_id = %(run_id)s AND map_node IS NULL
+ ORDER BY finished_at NULLS LAST, id;
+
+-- name: dag_run_nodes_named
+-- The same for a run with a definition, by name: a 100,000-item map costs nothing here.
+SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, error, required_model,
+       map_total, created_at, started_at, finished_at, wake_at, event_key
+  FROM workflow_node_jobs
+ WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[])
  ORDER BY finished_at NULLS LAST, id;
 
 -- name: dag_insert_node
 -- Never twice: the unique (run_id, node_name) makes a repeated dispatch insert nothing.
 INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, status, priority, required_model,
-                                inputs, input_refs, max_attempts, budget_seconds, retry_policy, finished_at)
+                                inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, finished_at)
 VALUES (%(run_id)s, %(node_name)s, %(node_module)s, %(queue)s, %(status)s, %(priority)s, %(required_model)s,
-        %(inputs)s, %(input_refs)s, %(max_attempts)s, %(budget_seconds)s, %(retry_policy)s,
+        %(inputs)s, %(input_refs)s, %(max_attempts)s, %(budget_seconds)s, %(retry_policy)s, %(concurrency_key)s,
         CASE WHEN %(status)s = 'skipped' THEN now() END)
 ON CONFLICT (run_id, node_name) DO NOTHING;
 
 -- name: dag_cancel_nodes
+-- A cancelled map takes its not-started items with it.
 UPDATE workflow_node_jobs
    SET status = 'cancelled', error = %(reason)s, finished_at = now(), updated_at = now()
- WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[]) AND status IN ('scheduled', 'queued', 'awaiting_input', 'waiting');
+ WHERE run_id = %(run_id)s AND (node_name = ANY(%(names)s::text[]) OR map_node = ANY(%(names)s::text[]))
+   AND status IN ('scheduled', 'queued', 'awaiting_input', 'waiting');
 
 -- name: dag_finish_run
 UPDATE workflow_runs
@@ -124,9 +134,11 @@ RETURNING *;
 -- name: dag_reset_nodes
 -- Fresh attempts for the failed/cancelled nodes of a restarted run; completed outputs and
 -- skipped markers are not touched, and the row (its id, its event log) is reused, never duplicated.
+-- A map's row and its items wait: the map's next step promotes the items within max_parallel.
 UPDATE workflow_node_jobs
    SET status = CASE WHEN node_name = ANY(%(input_steps)s::text[]) THEN 'awaiting_input'
-                     WHEN node_name = ANY(%(held)s::text[]) THEN 'waiting' ELSE 'queued' END,
+                     WHEN node_name = ANY(%(held)s::text[]) OR node_name = ANY(%(maps)s::text[]) OR map_node IS NOT NULL THEN 'waiting'
+                     ELSE 'queued' END,
        attempts = 0, watchdog_trips = 0, run_after = now(), claimed_by = NULL, claim_lock_key = NULL,
        lease_expires_at = NULL, started_at = NULL, finished_at = NULL, error = NULL, context_delta = NULL,
        updated_at = now()

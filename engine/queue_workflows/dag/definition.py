@@ -41,11 +41,16 @@ def check_workflow_name(name: object) -> str:
         raise WorkflowValidationError(f"workflow: {exc}") from None
 
 POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node's own timeout and retry policy (common/retry_policy.py)
+# A sleep's or an event wait's own keys (dag/timers.py); on a wait_event `timeout` is how long it waits.
+TIMER_KEYS = ("for", "until", "key", "timeout", "default")
+MAP_KEYS = frozenset({"over", "item_input", "max_parallel", "allow_failures"})  # only a "map" node takes these (dag/map.py)
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
-                       "workflow", *POLICY_KEYS})
+                       "workflow", "concurrency_key", *POLICY_KEYS, *TIMER_KEYS})
+TIMER_KINDS = ("sleep", "wait_event")  # held 'waiting' by the orchestrator's timekeeper, no worker
 # An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
-# starts a child run of `workflow` (a name for the provider, or a definition) and waits for it (dag/child.py).
-KINDS = ("task", "input", "workflow")
+# starts a child run of `workflow` (a name for the provider, or a definition) and waits for it
+# (dag/child.py); a "map" node runs `call` once per item of `over` (dag/map.py).
+KINDS = ("task", "input", "workflow", "map", *TIMER_KINDS)
 
 
 def callable_spec(call: Any) -> Any:
@@ -80,6 +85,12 @@ class Node:
     retry_on: Any = None
     no_retry_on: Any = None
     workflow: Any = None  # a "workflow" node's child: a name or a definition
+    timer: Any = field(default_factory=dict)  # the TIMER_KEYS given to a sleep or wait_event node
+    over: Any = None
+    item_input: Any = "item"
+    max_parallel: Any = None
+    allow_failures: Any = False
+    concurrency_key: Any = None  # its job's key under a flow limit (docs/flow_control.md)
 
     @property
     def is_input(self) -> bool:
@@ -90,8 +101,16 @@ class Node:
         return self.kind == "workflow"
 
     @property
+    def is_timer(self) -> bool:
+        return self.kind in TIMER_KINDS
+
+    @property
     def runs_code(self) -> bool:
-        return self.kind not in ("input", "workflow")
+        return self.kind not in ("input", "workflow", *TIMER_KINDS)
+
+    @property
+    def is_map(self) -> bool:
+        return self.kind == "map"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "call": self.call, "queue": self.queue, "deps": list(self.deps), "inputs": self.inputs}
@@ -107,6 +126,11 @@ class Node:
         data.update((key, getattr(self, key)) for key in POLICY_KEYS if getattr(self, key) is not None)
         if self.workflow is not None:
             data["workflow"] = self.workflow
+        data.update(self.timer)
+        if self.is_map:
+            data.update(over=self.over, item_input=self.item_input, max_parallel=self.max_parallel, allow_failures=self.allow_failures)
+        if self.concurrency_key is not None:
+            data["concurrency_key"] = self.concurrency_key
         return data
 
 
@@ -134,6 +158,7 @@ class Workflow:
         retry_backoff: Mapping[str, float] | None = None,
         retry_on: Iterable[str] | None = None,
         no_retry_on: Iterable[str] | None = None,
+        concurrency_key: str | None = None,
     ) -> Workflow:
         """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`).
 
@@ -143,7 +168,7 @@ class Workflow:
         self.nodes.append(
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "input" if input is True else "task" if input is False else input, timeout=timeout, retry_backoff=retry_backoff,
-                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on))
+                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on), concurrency_key=concurrency_key)
         )
         return self
 
@@ -164,6 +189,61 @@ class Workflow:
                                kind="workflow", workflow=child))
         return self
 
+    def sleep(self, id: str, *, seconds: Any = None, until: Any = None, deps: Iterable[str] = (),  # noqa: A002
+              skip_if: Any = None) -> Workflow:
+        """A node that completes `seconds` after it is reached, or at `until` (ISO 8601); no worker is held."""
+        given = {"for": seconds, "until": until}
+        return self._timer(id, "sleep", {k: v for k, v in given.items() if v is not None}, deps, skip_if)
+
+    def wait_event(self, id: str, *, key: Any, timeout: Any = None, default: Any = None, deps: Iterable[str] = (),  # noqa: A002
+                   skip_if: Any = None) -> Workflow:
+        """A node that completes with the payload of the first event sent to `key` (`send_event`).
+
+        After `timeout` seconds it completes with `default` (a JSON object) or, without one, fails.
+        """
+        given = {"key": key, "timeout": timeout, "default": default}
+        return self._timer(id, "wait_event", {k: v for k, v in given.items() if v is not None}, deps, skip_if)
+
+    def _timer(self, id: str, kind: str, timer: dict[str, Any], deps: Iterable[str], skip_if: Any) -> Workflow:  # noqa: A002
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        self.nodes.append(Node(id, None, deps=deps_tuple, skip_if=skip_if, kind=kind, timer=timer))
+        return self
+
+    def map(
+        self,
+        id: str,  # noqa: A002 - the public keyword, as workflow files name it
+        call: str | Callable[..., Any],
+        *,
+        over: Any,
+        item_input: str = "item",
+        max_parallel: int | None = None,
+        allow_failures: bool = False,
+        queue: str = "cpu",
+        model: str | None = None,
+        deps: Iterable[str] = (),
+        inputs: Mapping[str, Any] | None = None,
+        skip_if: Any = None,
+        max_attempts: int = 3,
+        budget_seconds: float | None = None,
+        timeout: float | None = None,
+        retry_backoff: Mapping[str, Any] | None = None,
+        retry_on: Iterable[str] | None = None,
+        no_retry_on: Iterable[str] | None = None,
+        concurrency_key: str | None = None,
+    ) -> Workflow:
+        """Add a map node: `call` runs once per item of `over` (a list or a `$from` reference), the item as `item_input`.
+
+        `max_attempts`, `budget_seconds` and the retry policy are per item; the node's output is `{"items": [...]}` in item order.
+        """
+        deps_tuple = (deps,) if isinstance(deps, str) else tuple(deps)
+        self.nodes.append(
+            Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
+                 "map", timeout, retry_backoff, _listed(retry_on), _listed(no_retry_on),
+                 over=over, item_input=item_input, max_parallel=max_parallel, allow_failures=allow_failures,
+                 concurrency_key=concurrency_key)
+        )
+        return self
+
     def by_id(self) -> dict[str, Node]:
         return {n.id: n for n in self.nodes}
 
@@ -182,8 +262,10 @@ class Workflow:
         for index, raw in enumerate(raw_nodes):
             if not isinstance(raw, Mapping):
                 raise WorkflowValidationError(f"workflow {name!r}: node #{index} must be a mapping, not {type(raw).__name__}")
-            unknown = sorted(set(raw) - NODE_KEYS)
+            unknown = sorted(set(raw) - NODE_KEYS - (MAP_KEYS if raw.get("kind") == "map" else frozenset()))
             label = raw.get("id", f"#{index}")
+            if unknown and set(unknown) <= MAP_KEYS:
+                raise WorkflowValidationError(f"workflow {name!r}: node {label!r}: {', '.join(unknown)} only apply to a map node (\"kind\": \"map\")")
             if unknown:
                 raise WorkflowValidationError(f"workflow {name!r}: node {label!r} has unknown key(s) {', '.join(unknown)}")
             if "call" in raw and "module" in raw:
@@ -201,8 +283,14 @@ class Workflow:
                     max_attempts=raw.get("max_attempts", 3),
                     budget_seconds=raw.get("budget_seconds"),
                     kind=raw.get("kind", "task"),
-                    **{key: raw.get(key) for key in POLICY_KEYS},
+                    **{key: raw.get(key) for key in POLICY_KEYS if not (key == "timeout" and raw.get("kind") in TIMER_KINDS)},
                     workflow=raw.get("workflow"),
+                    timer={k: raw[k] for k in TIMER_KEYS if k in raw and (k != "timeout" or raw.get("kind") in TIMER_KINDS)},
+                    over=raw.get("over"),
+                    item_input=raw.get("item_input", "item"),
+                    max_parallel=raw.get("max_parallel"),
+                    allow_failures=raw.get("allow_failures", False),
+                    concurrency_key=raw.get("concurrency_key"),
                 )
             )
         return cls(name, nodes)

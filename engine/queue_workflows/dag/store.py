@@ -18,7 +18,8 @@ from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.dag import child, dispatcher, hooks, refs
+from queue_workflows.dag import child, dispatcher, hooks, refs, timers
+from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow, WorkflowValidationError
 from queue_workflows.dag.validate import check_start_refs, node_policy, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
@@ -113,6 +114,12 @@ def scope_for(run: Mapping[str, Any], wf: Workflow, rows: list[dict[str, Any]]) 
     return refs.Scope(context=run["context"] or {}, outputs=outputs, node_ids=frozenset(wf.by_id()))
 
 
+def read_scope(cur: Any, run_id: int, wf: Workflow) -> refs.Scope:
+    """The run's scope as its (dict-row) cursor's transaction sees it."""
+    rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id, "names": [n.id for n in wf.nodes]}).fetchall()
+    return scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None])
+
+
 def advance_run(conn: db.Conn, run_id: int, completed: Sequence[str] | None = None) -> dispatcher.Step | None:
     """Lock the run, decide its next step from its node rows, and write it. None: nothing to do here.
 
@@ -150,7 +157,7 @@ def _parsed(cur: Any, run: Mapping[str, Any]) -> Parsed:
     if hit is None:
         definition = cur.execute(_DAG["dag_run_definition"], {"run_id": run["id"]}).fetchone()["definition"]
         wf = Workflow.from_dict(definition)
-        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if))
+        scoped = frozenset(n.id for n in wf.nodes if refs.from_paths(n.inputs) or refs.from_paths(n.skip_if) or timers.scoped(n))
         hit = _PARSED[key] = Parsed(wf, topological_order(wf), scoped, dispatcher.dependants(wf))
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
@@ -166,8 +173,7 @@ def start_children(conn: db.Conn, run_id: int, names: Sequence[str]) -> list[int
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
         wf = _parsed(cur, run).wf
-        rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
-        scope = scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None])
+        scope = read_scope(cur, run_id, wf)
         started = [c for name in names if (c := child.start(cur, run, wf.by_id()[name], scope)) is not None]
         pending = list(started)
         while pending:
@@ -180,12 +186,12 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: li
     if run is None or not run["has_definition"] or run["status"] in TERMINAL_RUN:
         return None
     wf, order, scoped, depending = _parsed(cur, run)
+    nodes = wf.by_id()
     loaded: list[refs.Scope] = []
 
     def scope() -> refs.Scope:
         if not loaded:
-            rows = cur.execute(_DAG["dag_run_scope"], {"run_id": run_id}).fetchall()
-            loaded.append(scope_for(rows[0], wf, [r for r in rows if r["node_name"] is not None]))
+            loaded.append(read_scope(cur, run_id, wf))
         return loaded[0]
 
     def scope_of(node_id: str) -> refs.Scope:
@@ -200,9 +206,23 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: li
         except refs.Unresolved as exc:
             raise exc.at(f"node {node.id!r} skip_if") from None
 
+    stepped: dict[str, str | None] = {}  # maps whose items ended: each moves once, before the graph does
+    for name in completed or ():
+        parent = mapping.map_of(name)
+        if parent is not None and parent not in stepped and parent in nodes and nodes[parent].is_map:
+            stepped[parent] = mapping.step(cur, run_id, nodes[parent])
+    if completed is not None and JobStatus.FAILED not in stepped.values():
+        completed = [n for n in completed if n in nodes] + [m for m, ended in stepped.items() if ended == JobStatus.COMPLETED]
+    else:
+        completed = None
     if completed is None:
-        states = {r["node_name"]: r["status"] for r in cur.execute(_DAG["dag_run_states"], {"run_id": run_id}).fetchall()}
+        states = {r["node_name"]: r["status"] for r in cur.execute(_DAG["dag_node_states"], {"run_id": run_id, "names": order}).fetchall()}
+        for node_id in order:  # an item that failed for good, a restart's held items: every waiting map moves
+            if nodes[node_id].is_map and node_id not in stepped and states.get(node_id) == JobStatus.WAITING:
+                states[node_id] = mapping.step(cur, run_id, nodes[node_id]) or JobStatus.WAITING
         step = dispatcher.advance(wf, states, should_skip, order=order)
+    elif not completed:
+        return dispatcher.Step()  # only items moved: the graph did not
     else:
         def states_of(names: set[str]) -> dict[str, str]:
             rows = cur.execute(_DAG["dag_node_states"], {"run_id": run_id, "names": sorted(names)}).fetchall()
@@ -210,7 +230,7 @@ def _advance(cur: Any, run_id: int, completed: Sequence[str] | None, started: li
 
         step = dispatcher.advance_after(wf, completed, states_of, should_skip, order=order, depending=depending)
         if not step.enqueue:  # only now can the run be over: count what is done, skips included
-            done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id}).fetchone()["n"]
+            done = cur.execute(_DAG["dag_run_done_count"], {"run_id": run_id, "names": order}).fetchone()["n"]
             if done + len(step.skip) == len(wf.nodes):
                 step.run_status = "completed"
     _apply(cur, run, wf, step, scope_of, started)
@@ -221,24 +241,34 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
            started: list[int]) -> None:
     nodes = wf.by_id()
     params = []
+    held = []
     for node_id, status in [(n, JobStatus.QUEUED) for n in step.enqueue] + [(n, JobStatus.SKIPPED) for n in step.skip]:
         node = nodes[node_id]
+        if status == JobStatus.QUEUED and node.is_timer:  # a sleep or an event wait: 'waiting', the timekeeper's
+            held.append(timers.row(run, node, scope_of(node_id)))
+            continue
         if status == JobStatus.QUEUED and node.is_input:
             status = JobStatus.AWAITING_INPUT  # an input step waits for submit_input, no worker claims it
         elif status == JobStatus.QUEUED and node.is_child:
             status = JobStatus.WAITING  # the orchestrator holds it until its child run ends (dag/child.py)
+        elif status == JobStatus.QUEUED and node.is_map:
+            status = JobStatus.WAITING  # the map's row waits for its items; only they are claimed
         inputs, late = refs.resolve_inputs(node.inputs, scope_of(node_id), hooks.resolve_ref) if status != JobStatus.SKIPPED else ({}, {})
         params.append({
             "run_id": run["id"], "node_name": node_id, "node_module": node.call, "queue": node.queue,
             "status": status, "priority": run["priority"], "required_model": node.model,
             "inputs": Jsonb(inputs), "input_refs": Jsonb(late), "max_attempts": node.max_attempts,
-            "budget_seconds": node.budget_seconds, "retry_policy": _policy(node),
+            "budget_seconds": node.budget_seconds, "retry_policy": _policy(node), "concurrency_key": node.concurrency_key,
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)
+    if held:
+        timers.insert_waiting(cur, held)
     for node_id in step.enqueue:
         if nodes[node_id].is_child and (child_id := child.start(cur, run, nodes[node_id], scope_of(node_id))) is not None:
             started.append(child_id)
+        elif nodes[node_id].is_map:
+            mapping.step(cur, run["id"], nodes[node_id])  # its end, if at once (an empty list), is an outbox event
     if step.cancel:
         cur.execute(_CHILD["child_lock_descendants"], {"run_id": run["id"]})  # before the cascade: see the query
         reason = f"cancelled: run {run['id']} failed ({step.error})"
@@ -254,16 +284,23 @@ def _policy(node: Any) -> Jsonb | None:
 
 
 def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
-    """The run and every node of its definition: status ('pending' before it exists), attempts, output, error."""
+    """The run and every node of its definition: status ('pending' before it exists), attempts, output, error.
+
+    A map node also has `"map": {"total", "done", "running", "failed", "queued"}`; its items are never listed as nodes.
+    """
     check_id(run_id, what="run id")
     with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
         run = cur.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
-        rows = cur.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
+        wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        rows = _node_rows(cur, run, wf)
+        by_name = {r["node_name"]: r for r in rows}
+        maps = {n.id: (by_name[n.id]["map_total"] if n.id in by_name else None) for n in wf.nodes if n.is_map}
+        progress = mapping.progress(cur, run_id, maps) if maps else {}
         children = {r["parent_node"]: r for r in cur.execute(_CHILD["child_runs_of"], {"run_id": run_id}).fetchall()}
-    by_name = {r["node_name"]: r for r in rows}
-    names = [n["id"] for n in (run["definition"] or {}).get("nodes", [])] or list(by_name)
+    kinds = {n.id: n.kind for n in wf.nodes}
+    names = [n.id for n in wf.nodes] or list(by_name)
     nodes = {}
     for name in names:
         row = by_name.get(name)
@@ -277,7 +314,9 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
         }
         if name in children:  # a child workflow node: the run it started
             nodes[name].update(child_run_id=children[name]["id"], child_status=children[name]["status"])
-    wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        if name in progress:
+            nodes[name]["map"] = progress[name]
+        nodes[name].update(timers.status_fields(kinds.get(name), row))
     info = {k: run[k] for k in ("id", "workflow_name", "status", "error", "priority", "poisoned_at", "created_at", "finished_at",
                                 "parent_run_id", "parent_node", "depth")}
     info["context"] = scope_for(run, wf, rows).merged()
@@ -285,13 +324,19 @@ def run_status(run_id: int, *, conn: db.Conn | None = None) -> dict[str, Any]:
     return info
 
 
+def _node_rows(cur: Any, run: Mapping[str, Any], wf: Workflow) -> list[dict[str, Any]]:
+    """The rows of a run's definition nodes (by name when it has a definition), never a map's items."""
+    if wf.nodes:
+        return list(cur.execute(_DAG["dag_run_nodes_named"], {"run_id": run["id"], "names": [n.id for n in wf.nodes]}).fetchall())
+    return list(cur.execute(_DAG["dag_run_nodes"], {"run_id": run["id"]}).fetchall())
+
+
 def load_run_scope(run_id: int, *, url: str | None = None) -> tuple[dict[str, Any], refs.Scope]:
     """For the worker: the run row and the scope its node's late references resolve in."""
-    with db.connect(autocommit=True, url=url) as c:
-        run = c.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
+    with db.connect(autocommit=True, url=url) as c, c.cursor(row_factory=dict_row) as cur:
+        run = cur.execute(_DAG["dag_get_run"], {"run_id": run_id}).fetchone()
         if run is None:
             raise LookupError(f"no workflow run {run_id}")
-        rows = c.execute(_DAG["dag_run_nodes"], {"run_id": run_id}).fetchall()
-    wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        wf = Workflow.from_dict(run["definition"]) if run["definition"] else Workflow(run["workflow_name"])
+        rows = _node_rows(cur, run, wf)
     return run, scope_for(run, wf, rows)
-

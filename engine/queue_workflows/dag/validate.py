@@ -9,7 +9,8 @@ from typing import Any
 
 from queue_workflows import config
 from queue_workflows.common import retry_policy
-from queue_workflows.dag import refs
+from queue_workflows.dag import map as mapping
+from queue_workflows.dag import refs, timers
 from queue_workflows.dag.definition import KINDS, POLICY_KEYS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, load_definition, resolve_callable, resolve_ref
 from queue_workflows.errors import InvalidPayloadError
@@ -52,6 +53,9 @@ def validate(workflow: Workflow | Mapping[str, Any], *, check_callables: bool = 
         for key, expr in node.inputs.items():
             check_upstream_refs(wf, node, expr, f"input {key!r}", graph=graph)
         check_upstream_refs(wf, node, node.skip_if, "skip_if", graph=graph)
+        for key in timers.REFERENCED:  # a sleep's or event wait's own keys read the graph as inputs do
+            check_upstream_refs(wf, node, (node.timer or {}).get(key), repr(key), graph=graph)
+    mapping.check_maps(wf)
 
     check_allowed_calls(wf)  # by name, even unchecked: no process may enqueue code a worker may not run
     if check_callables:
@@ -104,12 +108,13 @@ def _check_node(name: str, node: Node) -> None:
         _check_child_node(where, node)
     elif node.workflow is not None:
         raise WorkflowValidationError(f"{where}: only a node of kind 'workflow' takes 'workflow'")
+    timers.check_node(where, node)  # a sleep / wait_event: no call, queue or model, its own keys
     if node.is_input:
         if node.call is not None:
             raise WorkflowValidationError(f"{where}: an input step runs nothing: give it no 'call' (got {node.call!r})")
         if node.queue != "cpu" or node.model is not None:
             raise WorkflowValidationError(f"{where}: an input step takes no queue or model (it is answered by submit_input)")
-    elif isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
+    elif not node.is_timer and isinstance(node.call, str) and ("<locals>" in node.call or "<lambda>" in node.call):
         raise WorkflowValidationError(f"{where}: unresolvable callable {node.call!r} (a nested function or lambda cannot be imported)")
     if node.runs_code and (not isinstance(node.call, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", node.call)):
         raise WorkflowValidationError(f"{where}: 'call' must be 'pkg.module' or 'pkg.module:function', not {node.call!r}")
@@ -131,6 +136,9 @@ def _check_node(name: str, node: Node) -> None:
     b = node.budget_seconds
     if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0):
         raise WorkflowValidationError(f"{where}: budget_seconds must be a positive number, not {b!r}")
+    ck = node.concurrency_key
+    if ck is not None and (not node.runs_code or not isinstance(ck, str) or not 1 <= len(ck) <= 200 or "\x00" in ck):
+        raise WorkflowValidationError(f"{where}: concurrency_key must be a string of 1 to 200 characters on a node that runs code, not {ck!r}")
     node_policy(where, node)
 
 

@@ -3,7 +3,7 @@
 Any number may run; one leads (`leadership`) on a lease it renews, the others stand by and take
 over when it stops, dies or fails to renew (frozen, cut off); a leader that finds its term over
 stops its services and stands by again. The leader runs the reclaim sweep, the DAG dispatch
-drain, the DAG keeper and retention, each guarded by its term. `python -m queue_workflows.leader.orchestrator` (and
+drain, the DAG keeper, the timekeeper and retention, each guarded by its term. `python -m queue_workflows.leader.orchestrator` (and
 `queue-orchestrator`) import the app first, so an in-process host's own `configure(...)` decides
 the database; `run(stop_event)` is the same loop for a host that supervises its own threads.
 """
@@ -23,6 +23,7 @@ from queue_workflows.common.backoff import Backoff
 from queue_workflows.common.wake import WakeEvent
 from queue_workflows.dag.keeper import RunKeeper
 from queue_workflows.dag.outbox import DispatchDrain
+from queue_workflows.dag.timekeeper import Timekeeper
 from queue_workflows.errors import DatabaseUnreachableError
 from queue_workflows.leader import reclaim
 from queue_workflows.leader.leadership import Elector, Term
@@ -84,6 +85,7 @@ def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
         "qw-reclaim": sweep.run_forever,
         "qw-dispatch": DispatchDrain(stop_event=term.ended, guard=term.guard).run_forever,  # DAG outbox, woken by NOTIFY
         "qw-dag-keeper": RunKeeper(stop_event=term.ended, guard=term.guard).run_forever,  # input listener, reconcile
+        "qw-timekeeper": Timekeeper(stop_event=term.ended, guard=term.guard).run_forever,  # sleeps, event waits, events
         "qw-retention": Retention(stop_event=term.ended, guard=term.guard).run_forever,  # finished rows past their window
     }
     threads = [threading.Thread(target=target, name=name, daemon=True) for name, target in services.items()]

@@ -35,3 +35,11 @@ DELETE FROM workflow_dispatch_events WHERE id IN (
     SELECT id FROM workflow_dispatch_events
      WHERE processed_at < now() - make_interval(secs => %(keep_seconds)s)
      ORDER BY processed_at LIMIT %(batch)s);
+
+-- name: prune_workflow_events
+-- Sent events (migration 0038) once decided, and kept ones no node took within the window; a
+-- run's own go with it (ON DELETE CASCADE).
+DELETE FROM workflow_events WHERE id IN (
+    SELECT id FROM workflow_events
+     WHERE coalesce(processed_at, created_at) < now() - make_interval(secs => %(keep_seconds)s)
+     ORDER BY id LIMIT %(batch)s);

@@ -33,7 +33,7 @@ SELECT id, workflow_name, status, error, priority, definition, created_at, finis
 SELECT id, node_name, queue, status, attempts, max_attempts, watchdog_trips, required_model, error,
        claimed_by, created_at, started_at, finished_at,
        extract(epoch FROM coalesce(finished_at, now()) - started_at)::float AS duration_s
-  FROM workflow_node_jobs WHERE run_id = %(run_id)s ORDER BY id;
+  FROM workflow_node_jobs WHERE run_id = %(run_id)s AND map_node IS NULL ORDER BY id;  -- a map's items: run_status's progress
 
 -- name: overview_search_jobs
 -- list_jobs with a task-name filter (a case-insensitive substring, no LIKE wildcards).

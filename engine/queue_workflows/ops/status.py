@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from queue_workflows import config, node_queue
-from queue_workflows.ops import admin
+from queue_workflows.ops import admin, flow
 
 ORCHESTRATOR_SILENT_SECONDS = 5.0
 
@@ -23,6 +23,7 @@ def status_data() -> dict[str, Any]:
         "workers": admin.worker_list(),
         "orchestrators": orchestrators,
         "warnings": [missing] if missing else [],
+        "flow": flow.flow_summary(),  # per limited queue: keys running and at their limit (docs/flow_control.md)
     }
 
 

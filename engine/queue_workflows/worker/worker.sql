@@ -6,6 +6,10 @@
 -- {plan} is empty, or for a gpu worker the fixed `gpu_claim_plan` fragment; {fair} and {charge}
 -- are fair/fair.sql's `fair_order` and `fair_charge`: the bands are tried in fair order, the first
 -- that yields an unlocked row wins, and {routing} (gpu_routing, or empty) filters within a band.
+-- The flow_limits lines are the admission (docs/flow_control.md): on a queue with no limit each is
+-- one probe of an empty index, paid once per claim; otherwise a candidate's key must not be among
+-- the queue's full keys (qw_flow_blocked, computed once per claim) and the trigger qw_flow_admit
+-- has the last word.
 WITH RECURSIVE {plan}{fair}, claimed AS (
 UPDATE {table} AS j
    SET status = 'running',
@@ -14,13 +18,17 @@ UPDATE {table} AS j
        attempts = j.attempts + 1,
        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        started_at = now(),
-       updated_at = now()
+       updated_at = now(),
+       flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
  WHERE j.id = (
         SELECT c.id
           FROM fair_order AS f CROSS JOIN LATERAL (
                SELECT c.id
                  FROM {table} AS c
                 WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = f.priority {routing}
+                  AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
+                       OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                                 qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))
                 ORDER BY {order_by}
                   FOR UPDATE SKIP LOCKED
                 LIMIT 1) AS c

@@ -96,6 +96,8 @@ def layout(nodes: list[dict[str, Any]]) -> Layout:
         attempts = f"try {job['attempts']}/{job['max_attempts']}" if job else ""
         detail = " · ".join(p for p in (n["status"], attempts, _duration(job.get("duration_s"))) if p)
         title = f"{n['id']} ({n.get('kind', 'task')}, {n.get('queue') or '?'})"
+        if n.get("waits"):
+            title += f": {n['waits']}"
         if job.get("error"):
             title += f"\nerror: {job['error']}"
         href = f"/runs/{n['child_run_id']}" if n.get("child_run_id") else f"/jobs/node:{job['id']}" if job else None

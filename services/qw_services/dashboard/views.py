@@ -14,14 +14,15 @@ from starlette.templating import Jinja2Templates
 
 from queue_workflows import db, run_actions, run_status, tenant_shares
 from queue_workflows.hw_metrics import latest as latest_host_metrics
-from queue_workflows.ops import admin
+from queue_workflows.ops import admin, flow
 from queue_workflows.ops.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
 
-from ..tables import age
+from ..tables import age, waiting_for
 from . import graph
 
 TEMPLATES = Path(__file__).with_name("templates")
 MAX_DRAWN_NODES = 400  # past this a drawing is unreadable and heavy: the node table stays
+FLOW_KEYS_SHOWN = 50  # the busiest keys under flow limits; `qw keys` lists more
 WORKER_STATES = ("busy", "idle", "parked", "throttled", "stopping", "dead", "absent")
 
 
@@ -50,7 +51,7 @@ def queues_context() -> dict[str, Any]:
     rows = admin.queue_overview()
     for row in rows:
         row.update(rates.get(row["queue"]) or empty_throughput())
-    return {"queues": rows}
+    return {"queues": rows, "flow_keys": flow.flow_keys(limit=FLOW_KEYS_SHOWN)}
 
 
 def tenants_context() -> dict[str, Any]:
@@ -76,14 +77,16 @@ def run_context(run_id: int) -> dict[str, Any] | None:
     if run is None:
         return None
     status = run_status(run_id)
-    for node in run["nodes"]:  # a child workflow node links to the run it started
+    for node in run["nodes"]:  # a child node links to its run; a sleep shows its wake time, an event wait its key and timeout
+        node["waits"] = waiting_for(status["nodes"].get(node["id"]) or {"status": None})
         started = status["nodes"].get(node["id"], {})
         if started.get("child_run_id") is not None:
             node.update(child_run_id=started["child_run_id"], child_status=started["child_status"])
     parent = {"id": status["parent_run_id"], "node": status["parent_node"]} if status.get("parent_run_id") is not None else None
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= MAX_DRAWN_NODES else None
+    maps = {name: node["map"] for name, node in status["nodes"].items() if node.get("map")}  # items are not drawn: their progress is
     return {"run": run, "layout": drawn, "context": status.get("context"), "max_drawn": MAX_DRAWN_NODES,
-            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id), "parent": parent}
+            "box": {"w": graph.BOX_W, "h": graph.BOX_H}, "actions": run_actions(run_id), "parent": parent, "maps": maps}
 
 
 def runs_context(status: str | None) -> dict[str, Any]:

@@ -21,12 +21,17 @@ WITH RECURSIVE {fair}, peers AS (
 ), picked AS MATERIALIZED (
     -- Fenced: run once. As `id IN (subquery)` the planner may rescan the LIMITed subquery
     -- per row, each rescan skipping the rows just claimed, and claim past the limit.
-    -- The bands in fair order (fair/fair.sql) fill the batch, the first band first.
+    -- The bands in fair order (fair/fair.sql) fill the batch, the first band first; admission as
+    -- in claim_job, and the trigger skips, rather than waits for, a key another claim holds.
     SELECT c.id
       FROM fair_order AS f CROSS JOIN LATERAL (
            SELECT c.id
              FROM {table} AS c
             WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = f.priority
+              AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
+                   OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                                 qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
+                       AND (SELECT set_config('qw.flow_skip_locked', 'on', true)) = 'on'))
             ORDER BY {order_by}
               FOR UPDATE SKIP LOCKED
             LIMIT (SELECT n FROM share)) AS c
@@ -38,7 +43,8 @@ WITH RECURSIVE {fair}, peers AS (
            claim_lock_key = %(lock_key)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            started_at = NULL,
-           updated_at = now()
+           updated_at = now(),
+           flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.*

@@ -84,6 +84,8 @@ class LivenessBeat(threading.Thread):
         self._next_heartbeat = 0.0
         self._next_control_check = 0.0
         self._lost_at: float | None = None
+        # Revocations heard before their job started here (claim committed, code not yet begun), by when they lapse.
+        self._early_revocations: dict[int, float] = {}
         self._conn: db.Conn | None = None
         self._halt = threading.Event()
         self._armed = threading.Event()  # a job runs (or the beat stops): the guard has something to watch
@@ -225,6 +227,7 @@ class LivenessBeat(threading.Thread):
             self._next_memory_check = now + self.memory_check_seconds
             self._check_memory(self.throttle)
         job = self._job
+        revoked = self._with_early_revocations(revoked, job, now)
         if job is not None and (revoked.intersection(job.ids) or now >= self._next_renew):
             self._renew(conn, job, now)
             spoke = True
@@ -271,6 +274,21 @@ class LivenessBeat(threading.Thread):
             if worker_id == self.worker_id and job_id.isdigit():
                 revoked.add(int(job_id))
         return revoked, control_changed
+
+    def _with_early_revocations(self, revoked: set[int], job: CurrentJob | None, now: float) -> set[int]:
+        """`revoked` and those kept from before: a cancel can land between a claim's commit and
+        `job_started`, and dropping its notice would leave the job running until the next renewal."""
+        early = self._early_revocations
+        for job_id in revoked:
+            early[job_id] = now + self.lease_seconds  # a spurious match later costs one renewal, no more
+        for job_id in [j for j, until in early.items() if until <= now]:
+            del early[job_id]
+        if job is None:
+            return revoked
+        matched = early.keys() & set(job.ids)
+        for job_id in matched:
+            del early[job_id]
+        return revoked | matched
 
     def _check_memory(self, throttle: Throttle) -> None:
         try:

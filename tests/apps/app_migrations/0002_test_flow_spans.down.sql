@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS test_flow_spans;
