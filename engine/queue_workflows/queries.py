@@ -45,9 +45,10 @@ BAND_ORDER = {
 
 @cache
 def fair_fragments(table: JobTable, claim_order: str) -> dict[str, sql.Composable]:
-    """`{fair}` and `{charge}` of a claim on `table`: its tenant order and its charge (fair/fair.sql)."""
+    """`{fair}`, `{bands}` and `{charge}` of a claim on `table`: its tenant order, a tenant's bands, its charge (fair/fair.sql)."""
     return {
-        "fair": sql.SQL(_FAIR["fair_order"]).format(table=sql.Identifier(table), band_order=BAND_ORDER[claim_order]),
+        "fair": sql.SQL(_FAIR["fair_order"]).format(table=sql.Identifier(table)),
+        "bands": sql.SQL(_FAIR["fair_bands"]).format(table=sql.Identifier(table), band_order=BAND_ORDER[claim_order]),
         "charge": sql.SQL(_FAIR["fair_charge"]),
     }
 

@@ -3,54 +3,80 @@
 -- from queue_workflows.queries; values are parameters.
 
 -- name: fair_order
--- The CTEs a claim starts with (after gpu_claim_plan's): `fair_order`, the queue's (tenant,
--- priority) bands with ready work in the order a claim tries them: least virtual time first,
--- then, within a tenant, priority aged by one level per %(aging_seconds)s its band's oldest job
--- has waited. A probe per band on the claim index (queue, tenant, priority, id), never a
--- read of the backlog: each band's oldest job by a loose index scan.
-bands AS (
-     (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
+-- The CTEs a claim starts with (after gpu_claim_plan's): `fair_tenants`, the tenants in the order a
+-- claim tries them. First the queue's active tenants, least virtual time first (one range of
+-- tenant_shares_walk_idx, read lazily: the claim stops at the first tenant that yields a row).
+-- Then every tenant with a queued job (`queued_tenants`, a loose index scan over the claim index),
+-- read only when no active tenant yields one, so a tenant the sweep has not marked active yet still
+-- has its work done rather than left waiting.
+queued_tenants AS (
+     (SELECT b.tenant FROM {table} AS b
        WHERE b.queue = %(queue)s AND b.status = 'queued'
-       ORDER BY b.tenant, b.priority, b.id LIMIT 1)
+       ORDER BY b.tenant LIMIT 1)
      UNION ALL
-     -- The next band in index order: one probe, a row comparison on the index's own columns.
-     SELECT nx.tenant, nx.priority, nx.id, nx.created_at
-       FROM bands AS p,
-            LATERAL (SELECT b.tenant, b.priority, b.id, b.created_at FROM {table} AS b
-                      WHERE b.queue = %(queue)s AND b.status = 'queued' AND (b.tenant, b.priority) > (p.tenant, p.priority)
-                      ORDER BY b.tenant, b.priority, b.id LIMIT 1) AS nx
-), fair_tenants AS MATERIALIZED (
-     -- A tenant back from idle starts no further behind the furthest-ahead one than 16 of the
-     -- largest charges (jobs over weight) of the queue's tenants: it banks at most that much credit
-     -- while it had nothing queued. Concurrent claims spread busy tenants' times by a few charges,
-     -- well within that bound, so a tenant backlogged all along is never pulled forward.
-     SELECT t.tenant, t.weight, greatest(t.vtime, max(t.vtime) OVER () - 16 * max(t.charge) OVER ()) AS vstart,
-            count(*) OVER () AS contenders
-       FROM (SELECT bt.tenant, coalesce(s.vtime, 0) AS vtime, coalesce(w.weight, 1) AS weight,
-                    greatest(coalesce(s.charge, 0), 1 / coalesce(w.weight, 1)) AS charge
-               FROM (SELECT DISTINCT bands.tenant FROM bands) AS bt
-               LEFT JOIN tenant_shares AS s ON s.queue = %(queue)s AND s.tenant = bt.tenant
-               LEFT JOIN tenant_weights AS w ON w.tenant = bt.tenant) AS t
-), fair_order AS MATERIALIZED (
-     SELECT bd.tenant, bd.priority
-       FROM bands AS bd JOIN fair_tenants AS ft ON ft.tenant = bd.tenant
-      ORDER BY ft.vstart, bd.tenant, {band_order}, bd.id
+     SELECT nx.tenant
+       FROM queued_tenants AS p,
+            LATERAL (SELECT b.tenant FROM {table} AS b
+                      WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant > p.tenant
+                      ORDER BY b.tenant LIMIT 1) AS nx
+), fair_tenants AS (
+     (SELECT s.tenant FROM tenant_shares AS s WHERE s.queue = %(queue)s AND s.active ORDER BY s.vtime, s.tenant)
+     UNION ALL
+     (SELECT qt.tenant FROM queued_tenants AS qt)
 )
 
--- name: fair_charge
--- The CTE a claim ends with: the claimed rows' tenants are charged their jobs over their weight,
--- only while another tenant of the queue also has ready work (a lone tenant competes with no one).
--- Concurrent claims of one tenant add up: each adds its own charge to the stored time.
-fair_charged AS (
-    INSERT INTO tenant_shares AS s (queue, tenant, vtime, charge, served)
-    SELECT %(queue)s, ft.tenant, ft.vstart + cl.n / ft.weight, cl.n / ft.weight, cl.n
-      FROM (SELECT claimed.tenant, count(*) AS n FROM claimed GROUP BY claimed.tenant) AS cl
-      JOIN fair_tenants AS ft ON ft.tenant = cl.tenant
-     WHERE ft.contenders > 1
-    ON CONFLICT (queue, tenant) DO UPDATE
-       SET vtime = greatest(s.vtime, EXCLUDED.vtime - EXCLUDED.charge) + EXCLUDED.charge,
-           charge = EXCLUDED.charge, served = s.served + EXCLUDED.served, updated_at = now()
+-- name: fair_bands
+-- A LATERAL subquery of the claim: tenant `f.tenant`'s priority bands with queued work, in the
+-- order the claim tries them: priority aged by one level per %(aging_seconds)s its band's oldest
+-- job has waited. A probe per band on the claim index (queue, tenant, priority, id), never a read
+-- of the backlog; a tenant with one band costs two probes.
+WITH RECURSIVE bands AS (
+     (SELECT b.priority, b.created_at FROM {table} AS b
+       WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant
+       ORDER BY b.priority, b.id LIMIT 1)
+     UNION ALL
+     SELECT nx.priority, nx.created_at
+       FROM bands AS p,
+            LATERAL (SELECT b.priority, b.created_at FROM {table} AS b
+                      WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant AND b.priority > p.priority
+                      ORDER BY b.priority, b.id LIMIT 1) AS nx
 )
+SELECT bd.priority FROM bands AS bd ORDER BY {band_order}
+
+-- name: fair_charge
+-- The CTE a claim ends with: each claimed row's tenant is charged one job over its weight, only
+-- while another tenant of the queue is active too (a lone tenant competes with no one). Concurrent
+-- claims of one tenant add up: each adds to the stored time under the row's lock.
+fair_charged AS (
+    UPDATE tenant_shares AS s
+       SET vtime = s.vtime + cl.n / coalesce((SELECT w.weight FROM tenant_weights AS w WHERE w.tenant = cl.tenant), 1),
+           served = s.served + cl.n, updated_at = now()
+      FROM (SELECT claimed.tenant, count(*) AS n FROM claimed GROUP BY claimed.tenant) AS cl
+     WHERE s.queue = %(queue)s AND s.tenant = cl.tenant
+       AND EXISTS (SELECT FROM tenant_shares AS o WHERE o.queue = %(queue)s AND o.active AND o.tenant <> cl.tenant)
+)
+
+-- name: tenants_settle
+-- The tenant sweep (leader): a tenant with nothing queued leaves the claim's walk, and one marked
+-- idle while a job of its was being queued (a transaction the last pass could not see) comes back
+-- at the least active virtual time. One snapshot for both: they touch disjoint rows.
+WITH idled AS (
+    UPDATE tenant_shares AS s SET active = false, updated_at = now()
+     WHERE s.active
+       AND NOT EXISTS (SELECT FROM ingest_jobs AS j WHERE j.queue = s.queue AND j.tenant = s.tenant AND j.status = 'queued')
+       AND NOT EXISTS (SELECT FROM workflow_node_jobs AS j WHERE j.queue = s.queue AND j.tenant = s.tenant AND j.status = 'queued')
+    RETURNING s.queue
+), revived AS (
+    UPDATE tenant_shares AS s
+       SET active = true, updated_at = now(),
+           vtime = greatest(s.vtime, coalesce((SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = s.queue AND a.active
+                                                ORDER BY a.vtime LIMIT 1), s.vtime))
+     WHERE NOT s.active
+       AND (EXISTS (SELECT FROM ingest_jobs AS j WHERE j.queue = s.queue AND j.tenant = s.tenant AND j.status = 'queued')
+            OR EXISTS (SELECT FROM workflow_node_jobs AS j WHERE j.queue = s.queue AND j.tenant = s.tenant AND j.status = 'queued'))
+    RETURNING s.queue
+)
+SELECT (SELECT count(*) FROM idled) AS idled, (SELECT count(*) FROM revived) AS revived;
 
 -- name: set_tenant_weight
 INSERT INTO tenant_weights (tenant, weight) VALUES (%(tenant)s, %(weight)s)

@@ -1,3 +1,10 @@
+DROP TRIGGER workflow_node_jobs_tenant_requeued ON workflow_node_jobs;
+DROP TRIGGER ingest_jobs_tenant_requeued ON ingest_jobs;
+DROP TRIGGER workflow_node_jobs_tenants_inserted ON workflow_node_jobs;
+DROP TRIGGER ingest_jobs_tenants_inserted ON ingest_jobs;
+DROP FUNCTION qw_tenant_requeued();
+DROP FUNCTION qw_tenants_inserted();
+DROP FUNCTION qw_tenants_activate(text[]);
 DROP TRIGGER workflow_runs_parent_tenant ON workflow_runs;
 DROP TRIGGER workflow_node_jobs_run_tenant ON workflow_node_jobs;
 DROP FUNCTION qw_child_run_tenant();

@@ -1,6 +1,6 @@
 -- Weighted fair share across tenants (docs/flow_control.md, "Fair share"): every job carries a
--- tenant; a claim serves, within a queue, the tenant with the least virtual time (jobs served over
--- its weight) that has ready work, found by a loose index scan over the tenants' priority bands.
+-- tenant; a claim serves, within a queue, the active tenant with the least virtual time (jobs served
+-- over its weight) that has ready work, walking active tenants in virtual-time order.
 ALTER TABLE workflow_runs ADD COLUMN tenant text NOT NULL DEFAULT 'default' CHECK (tenant <> '');
 ALTER TABLE ingest_jobs ADD COLUMN tenant text NOT NULL DEFAULT 'default' CHECK (tenant <> '');
 ALTER TABLE workflow_node_jobs ADD COLUMN tenant text NOT NULL DEFAULT 'default' CHECK (tenant <> '');
@@ -22,19 +22,62 @@ CREATE TABLE tenant_weights (
 );
 
 -- Per (queue, tenant): its virtual time, charged by the claims made while another tenant of the
--- queue also had ready work (`charge`: what the last claim added, so concurrent claims add up).
+-- queue was also active (jobs over weight). `active`: the tenant has had queued work since the
+-- tenant sweep last saw it empty; the claim walks only active tenants, least virtual time first.
 CREATE TABLE tenant_shares (
     queue text NOT NULL,
     tenant text NOT NULL,
     vtime double precision NOT NULL DEFAULT 0,
-    charge double precision NOT NULL DEFAULT 0,
     served bigint NOT NULL DEFAULT 0,
+    active boolean NOT NULL DEFAULT true,
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue, tenant)
 );
+CREATE INDEX tenant_shares_walk_idx ON tenant_shares (queue, vtime, tenant) WHERE active;
 
--- Workers charge shares in their claim; weights are the operator's.
-GRANT SELECT, INSERT, UPDATE ON tenant_shares TO qw_worker;
+-- A tenant whose job becomes queued is active from then on: a new or returning tenant starts at the
+-- least virtual time among the queue's active tenants (start-time fair queuing), so it is served
+-- next and banks no credit for the time it had nothing queued. An already active tenant is only
+-- read, never locked, so enqueuers of one tenant never queue behind each other.
+CREATE FUNCTION qw_tenants_activate(pairs text[][]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO tenant_shares AS s (queue, tenant, vtime)
+    SELECT n.queue, n.tenant,
+           coalesce((SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = n.queue AND a.active ORDER BY a.vtime LIMIT 1), 0)
+      FROM (SELECT DISTINCT pairs[i][1] AS queue, pairs[i][2] AS tenant FROM generate_subscripts(pairs, 1) AS i) AS n
+     WHERE NOT EXISTS (SELECT FROM tenant_shares AS x WHERE x.queue = n.queue AND x.tenant = n.tenant AND x.active)
+     ORDER BY n.queue, n.tenant  -- rows locked in one order: concurrent enqueues cannot deadlock
+    ON CONFLICT (queue, tenant) DO UPDATE SET active = true, vtime = greatest(s.vtime, EXCLUDED.vtime), updated_at = now()
+     WHERE NOT s.active;
+$$;
+CREATE FUNCTION qw_tenants_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM qw_tenants_activate(ARRAY(SELECT ARRAY[r.queue, r.tenant] FROM new_rows AS r WHERE r.status = 'queued' GROUP BY r.queue, r.tenant));
+    RETURN NULL;
+END
+$$;
+CREATE FUNCTION qw_tenant_requeued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM qw_tenants_activate(ARRAY[ARRAY[NEW.queue, NEW.tenant]]);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER ingest_jobs_tenants_inserted AFTER INSERT ON ingest_jobs
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qw_tenants_inserted();
+CREATE TRIGGER workflow_node_jobs_tenants_inserted AFTER INSERT ON workflow_node_jobs
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION qw_tenants_inserted();
+CREATE TRIGGER ingest_jobs_tenant_requeued AFTER UPDATE OF status ON ingest_jobs
+    FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued') EXECUTE FUNCTION qw_tenant_requeued();
+CREATE TRIGGER workflow_node_jobs_tenant_requeued AFTER UPDATE OF status ON workflow_node_jobs
+    FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued') EXECUTE FUNCTION qw_tenant_requeued();
+
+-- The tenants of jobs already queued when this migration runs.
+SELECT qw_tenants_activate(ARRAY(SELECT ARRAY[queue, tenant] FROM (
+    SELECT queue, tenant FROM ingest_jobs WHERE status = 'queued'
+    UNION SELECT queue, tenant FROM workflow_node_jobs WHERE status = 'queued') AS q));
+
+-- Workers charge shares in their claim, and every role that queues a job activates its tenant;
+-- weights are the operator's.
+GRANT SELECT, INSERT, UPDATE ON tenant_shares TO qw_worker, qw_scheduler, qw_dashboard;
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON tenant_weights FROM qw_worker;
 
 -- A run's nodes, and a child run, belong to the run's tenant, whatever path inserts them.

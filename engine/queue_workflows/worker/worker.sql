@@ -1,11 +1,12 @@
 -- Named queries of a claim worker (queue_workflows.worker): its claim, session lock, idle baton, heartbeat and usage.
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
--- `{plan}`, `{fair}`, `{charge}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
+-- `{plan}`, `{fair}`, `{bands}`, `{charge}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
 
 -- name: claim_job
--- {plan} is empty, or for a gpu worker the fixed `gpu_claim_plan` fragment; {fair} and {charge}
--- are fair/fair.sql's `fair_order` and `fair_charge`: the bands are tried in fair order, the first
--- that yields an unlocked row wins, and {routing} (gpu_routing, or empty) filters within a band.
+-- {plan} is empty, or for a gpu worker the fixed `gpu_claim_plan` fragment; {fair}, {bands} and
+-- {charge} are fair/fair.sql's: tenants in fair order, each tenant's bands in aged priority order,
+-- the first band that yields an unlocked row wins, and {routing} (gpu_routing, or empty) filters
+-- within a band.
 -- The flow_limits lines are the admission (docs/flow_control.md): on a queue with no limit each is
 -- one probe of an empty index, paid once per claim; otherwise a candidate's key must not be among
 -- the queue's full keys (qw_flow_blocked, computed once per claim) and the trigger qw_flow_admit
@@ -22,10 +23,10 @@ UPDATE {table} AS j
        flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
  WHERE j.id = (
         SELECT c.id
-          FROM fair_order AS f CROSS JOIN LATERAL (
+          FROM fair_tenants AS f CROSS JOIN LATERAL ({bands}) AS fb CROSS JOIN LATERAL (
                SELECT c.id
                  FROM {table} AS c
-                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = f.priority {routing}
+                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority {routing}
                   AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
                        OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
                                  qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))

@@ -1,6 +1,6 @@
 -- Named queries of batch mode (queue_workflows.worker.batch).
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
--- `{fair}` and `{charge}` are fair/fair.sql's fragments, `{order_by}` a fixed one (queue_workflows.queries).
+-- `{fair}`, `{bands}` and `{charge}` are fair/fair.sql's fragments, `{order_by}` a fixed one (queue_workflows.queries).
 
 -- name: claim_batch
 -- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
@@ -21,13 +21,13 @@ WITH RECURSIVE {fair}, peers AS (
 ), picked AS MATERIALIZED (
     -- Fenced: run once. As `id IN (subquery)` the planner may rescan the LIMITed subquery
     -- per row, each rescan skipping the rows just claimed, and claim past the limit.
-    -- The bands in fair order (fair/fair.sql) fill the batch, the first band first; admission as
+    -- Tenants in fair order, each one's bands in aged order (fair/fair.sql), fill the batch; admission as
     -- in claim_job, and the trigger skips, rather than waits for, a key another claim holds.
     SELECT c.id
-      FROM fair_order AS f CROSS JOIN LATERAL (
+      FROM fair_tenants AS f CROSS JOIN LATERAL ({bands}) AS fb CROSS JOIN LATERAL (
            SELECT c.id
              FROM {table} AS c
-            WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = f.priority
+            WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority
               AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
                    OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
                                  qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
