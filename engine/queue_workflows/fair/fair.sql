@@ -4,8 +4,8 @@
 
 -- name: fair_order
 -- The CTEs a claim starts with (after gpu_claim_plan's): `fair_tenants`, the tenants in the order a
--- claim tries them. First the queue's active tenants, least virtual time first (one range of
--- tenant_shares_walk_idx, read lazily: the claim stops at the first tenant that yields a row).
+-- claim tries them. First the queue's active tenants, least virtual time first (read and sorted
+-- once per claim; the claim stops at the first tenant that yields a row).
 -- Then every tenant with a queued job (`queued_tenants`, a loose index scan over the claim index),
 -- read only when no active tenant yields one, so a tenant the sweep has not marked active yet still
 -- has its work done rather than left waiting.
@@ -45,7 +45,7 @@ SELECT bd.priority FROM bands AS bd ORDER BY {band_order}
 
 -- name: fair_charge
 -- The CTE a claim ends with: each claimed row's tenant is charged one job over its weight, only
--- while another tenant of the queue is active too (a lone tenant competes with no one). Concurrent
+-- while the queue has two active tenants or more (a lone tenant competes with no one). Concurrent
 -- claims of one tenant add up: each adds to the stored time under the row's lock.
 fair_charged AS (
     UPDATE tenant_shares AS s
@@ -53,7 +53,7 @@ fair_charged AS (
            served = s.served + cl.n, updated_at = now()
       FROM (SELECT claimed.tenant, count(*) AS n FROM claimed GROUP BY claimed.tenant) AS cl
      WHERE s.queue = %(queue)s AND s.tenant = cl.tenant
-       AND EXISTS (SELECT FROM tenant_shares AS o WHERE o.queue = %(queue)s AND o.active AND o.tenant <> cl.tenant)
+       AND (SELECT count(*) FROM (SELECT FROM tenant_shares AS o WHERE o.queue = %(queue)s AND o.active LIMIT 2) AS z) = 2
 )
 
 -- name: tenants_settle
