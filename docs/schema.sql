@@ -499,6 +499,37 @@ EXCEPTION WHEN lock_not_available THEN
 END
 $$;
 
+CREATE FUNCTION public.qw_tenant_requeued() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM qw_tenants_activate(ARRAY[ARRAY[NEW.queue, NEW.tenant]]);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_tenants_activate(pairs text[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO tenant_shares AS s (queue, tenant, vtime)
+    SELECT n.queue, n.tenant,
+           coalesce((SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = n.queue AND a.active ORDER BY a.vtime LIMIT 1), 0)
+      FROM (SELECT DISTINCT pairs[i][1] AS queue, pairs[i][2] AS tenant FROM generate_subscripts(pairs, 1) AS i) AS n
+     WHERE NOT EXISTS (SELECT FROM tenant_shares AS x WHERE x.queue = n.queue AND x.tenant = n.tenant AND x.active)
+     ORDER BY n.queue, n.tenant  -- rows locked in one order: concurrent enqueues cannot deadlock
+    ON CONFLICT (queue, tenant) DO UPDATE SET active = true, vtime = greatest(s.vtime, EXCLUDED.vtime), updated_at = now()
+     WHERE NOT s.active;
+$$;
+
+CREATE FUNCTION public.qw_tenants_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM qw_tenants_activate(ARRAY(SELECT ARRAY[r.queue, r.tenant] FROM new_rows AS r WHERE r.status = 'queued' GROUP BY r.queue, r.tenant));
+    RETURN NULL;
+END
+$$;
+
 CREATE TABLE public.flow_keys (
     queue text NOT NULL,
     scope text NOT NULL,
@@ -650,10 +681,11 @@ CREATE TABLE public.tenant_shares (
     queue text NOT NULL,
     tenant text NOT NULL,
     vtime double precision DEFAULT 0 NOT NULL,
-    charge double precision DEFAULT 0 NOT NULL,
     served bigint DEFAULT 0 NOT NULL,
+    active boolean DEFAULT true NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL
-);
+)
+WITH (fillfactor='50');
 
 CREATE TABLE public.tenant_weights (
     tenant text NOT NULL,
@@ -941,6 +973,8 @@ CREATE INDEX job_events_at_idx ON public.job_events USING btree (at);
 
 CREATE INDEX job_events_job_idx ON public.job_events USING btree (job_table, job_id, id);
 
+CREATE INDEX tenant_shares_active_idx ON public.tenant_shares USING btree (queue) WHERE active;
+
 CREATE INDEX workflow_dispatch_events_pending_idx ON public.workflow_dispatch_events USING btree (next_attempt_at, id) WHERE ((processed_at IS NULL) AND (poisoned_at IS NULL));
 
 CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_events USING btree (processed_at) WHERE (processed_at IS NOT NULL);
@@ -1007,6 +1041,10 @@ CREATE TRIGGER ingest_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.
 
 CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
+CREATE TRIGGER ingest_jobs_tenant_requeued AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.qw_tenant_requeued();
+
+CREATE TRIGGER ingest_jobs_tenants_inserted AFTER INSERT ON public.ingest_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.qw_tenants_inserted();
+
 CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
 
 CREATE TRIGGER workflow_events_deliver BEFORE INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_deliver_event();
@@ -1040,6 +1078,10 @@ CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON 
 CREATE TRIGGER workflow_node_jobs_run_tenant BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW EXECUTE FUNCTION public.qw_node_run_tenant();
 
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
+
+CREATE TRIGGER workflow_node_jobs_tenant_requeued AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.qw_tenant_requeued();
+
+CREATE TRIGGER workflow_node_jobs_tenants_inserted AFTER INSERT ON public.workflow_node_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.qw_tenants_inserted();
 
 CREATE TRIGGER workflow_node_jobs_timer_notify_ins AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)))) EXECUTE FUNCTION public.qw_notify_timer();
 
@@ -1176,8 +1218,8 @@ GRANT SELECT ON TABLE public.schedule_slots TO qw_metrics;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_shares TO qw_worker;
 GRANT SELECT ON TABLE public.tenant_shares TO qw_metrics;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_shares TO qw_orchestrator;
-GRANT SELECT ON TABLE public.tenant_shares TO qw_dashboard;
-GRANT SELECT ON TABLE public.tenant_shares TO qw_scheduler;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_shares TO qw_dashboard;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_shares TO qw_scheduler;
 
 GRANT SELECT ON TABLE public.tenant_weights TO qw_worker;
 GRANT SELECT ON TABLE public.tenant_weights TO qw_metrics;
