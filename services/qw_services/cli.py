@@ -28,7 +28,7 @@ def _status(as_json: bool) -> int:
         print_table(ops.orchestrators_table(data["orchestrators"]))
     else:
         print("no orchestrator is running: nothing reclaims lost jobs or advances DAG runs (start queue-orchestrator)")
-    for line in keys.status_lines(data["flow"]):
+    for line in keys.status_lines(data["flow"]) + tenants.status_lines(data["tenants"]):
         print(line)
     for warning in data["warnings"]:
         print(f"WARNING: {warning}")

@@ -63,3 +63,25 @@ def shares_table(rows: list[dict[str, Any]]) -> Table:
         shares = [f"{float(v):.1%}" if v is not None else "-" for v in (r["served_share"], r["weight_share"])]
         table.add_row(r["queue"], r["tenant"], str(r["queued"]), str(r["running"]), f"{r['weight']:g}", str(r["served"]), *shares)
     return table
+
+
+def status_lines(rows: list[dict[str, Any]], *, shown: int = 3) -> list[str]:
+    """`qw status`: per queue where two tenants or more have work, the most served ones' shares against their weights'."""
+    with_work: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["queued"] or r["running"]:
+            with_work.setdefault(r["queue"], []).append(r)
+    lines = []
+    for queue, tenants in sorted(with_work.items()):
+        if len(tenants) < 2:
+            continue
+        top = sorted(tenants, key=lambda r: (-r["served"], r["tenant"]))[:shown]
+        parts = [f"{r['tenant']} {r['queued']} queued, served {_share(r['served_share'])} (weight {_share(r['weight_share'])})" for r in top]
+        more = f"; {len(tenants) - len(top)} more" if len(tenants) > len(top) else ""
+        lines.append(f"fair share on {queue}: {len(tenants)} tenants with work: {'; '.join(parts)}{more} (qw tenants)")
+    return lines
+
+
+def _share(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.1%}"
+

@@ -38,6 +38,8 @@ def test_tenants_shows_shares_and_sets_weights(env, conn, capsys):
     assert cli.main(["tenants"]) == 0
     table = capsys.readouterr().out
     assert "acme" in table and "75.0%" in table
+    assert cli.main(["status"]) == 0
+    assert "fair share on fetch: 2 tenants with work: acme 3 queued, served 75.0% (weight 75.0%); zeta 5 queued" in capsys.readouterr().out
     assert cli.main(["tenants", "--clear-weight", "acme"]) == 0
     assert conn.execute("SELECT count(*) AS n FROM tenant_weights").fetchone()["n"] == 0
 
