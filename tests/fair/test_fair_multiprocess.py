@@ -20,7 +20,7 @@ def _test_tasks(database_url: str) -> None:
 
 
 def test_kill_9_with_tenants_loses_no_job_runs_none_twice_and_starves_no_tenant(database_url: str, procs: Procs) -> None:
-    env = service_env(database_url, QW_LEASE_SECONDS="60", QW_LEASE_RENEW_SECONDS="20")
+    env = service_env(database_url, QW_LEASE_SECONDS="60", QW_LEASE_RENEW_SECONDS="20", QW_TENANT_SWEEP_SECONDS="0.5")
     orchestrator = procs.orchestrator(env)
     workers = {w.pid: w for w in (procs.worker(env, "fetch"), procs.worker(env, "fetch"), procs.worker(env, "fetch"))}
     bulk.copy_ingest_jobs({"task_name": "record", "queue": "fetch", "tenant": "big", "args": {"token": f"big-{i}", "sleep": 0.05}}
@@ -49,3 +49,6 @@ def test_kill_9_with_tenants_loses_no_job_runs_none_twice_and_starves_no_tenant(
     order = query(database_url, "SELECT tenant FROM ingest_jobs WHERE id <> %s ORDER BY started_at, id", (victim_job,))
     last_small = max(i for i, r in enumerate(order) if r["tenant"] == "small")
     assert last_small < 35, f"the small tenant's last job started {last_small + 1}th of {len(order)}"
+    # The orchestrator's tenant sweep takes both tenants, with nothing queued now, out of the claim's walk.
+    wait_until(lambda: query(database_url, "SELECT tenant FROM tenant_shares WHERE active") == [], timeout=15,
+               what=f"the tenant sweep idling the tenants\n{procs.logs()}")

@@ -4,8 +4,9 @@
 
 -- name: fair_order
 -- The CTEs a claim starts with (after gpu_claim_plan's): `fair_tenants`, the tenants in the order a
--- claim tries them. First the queue's active tenants, least virtual time first (read and sorted
--- once per claim; the claim stops at the first tenant that yields a row).
+-- claim tries them. First the queue's active tenants, least virtual time first, a tie to the less
+-- served one (a newcomer, level with the least-served), read and sorted once per claim; the claim
+-- stops at the first tenant that yields a row.
 -- Then every tenant with a queued job (`queued_tenants`, a loose index scan over the claim index),
 -- read only when no active tenant yields one, so a tenant the sweep has not marked active yet still
 -- has its work done rather than left waiting.
@@ -20,7 +21,7 @@ queued_tenants AS (
                       WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant > p.tenant
                       ORDER BY b.tenant LIMIT 1) AS nx
 ), fair_tenants AS (
-     (SELECT s.tenant FROM tenant_shares AS s WHERE s.queue = %(queue)s AND s.active ORDER BY s.vtime, s.tenant)
+     (SELECT s.tenant FROM tenant_shares AS s WHERE s.queue = %(queue)s AND s.active ORDER BY s.vtime, s.served, s.tenant)
      UNION ALL
      (SELECT qt.tenant FROM queued_tenants AS qt)
 )
