@@ -48,4 +48,5 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
         order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
         routing = sql.SQL(_GPU["gpu_routing"])
     order.append(CREATED_ORDER)
-    return sql.SQL(_WORKER["claim_job"]).format(plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing)
+    return sql.SQL(_WORKER["claim_job"]).format(plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing,
+                                                clear_unassignable=sqlfile.clear_unassignable(table))

@@ -31,7 +31,7 @@ WITH peers AS (
      LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int
 ), claimed AS (
     UPDATE {table} AS j
-       SET status = 'running',
+       SET status = 'running', {clear_unassignable}
            claimed_by = %(worker_id)s,
            claim_lock_key = %(lock_key)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
