@@ -81,12 +81,16 @@ def test_a_broken_nvml_leaves_the_worker_running_on_ram_and_swap(database_url: s
     assert worker.poll() is None and "Traceback" not in text and "memory probe failed" not in text, text
 
 
-def test_the_default_probe_reads_the_fullest_device_and_only_for_a_gpu_worker():
-    devices = {0: (4.0, 24.0), 1: (20.0, 24.0)}
+def test_the_default_probe_reads_the_fullest_device_less_its_own_memory_and_only_for_a_gpu_worker():
+    me = os.getpid()
+    devices = {0: (6 * GIB, 24 * GIB, {me + 1: 2 * GIB}), 1: (20 * GIB, 24 * GIB, {me: 18 * GIB, me + 1: 2 * GIB})}
     nvml = SimpleNamespace(
         nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: len(devices), nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=devices[h][0], total=devices[h][1]))
-    assert GpuMemory(lambda: nvml, missing).device_percent() == pytest.approx(100 * 20 / 24)
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=devices[h][0], total=devices[h][1]),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in devices[h][2].items()])
+    memory = GpuMemory(lambda: nvml, missing)
+    assert memory.device_percent() == pytest.approx(100 * 20 / 24)
+    assert memory.device_percent(besides={me}) == pytest.approx(100 * 6 / 24)  # its own 18 GB on device 1 is no pressure
     assert throttle.current_probe(gpu=False) is throttle.psutil_probe  # a cpu worker is never held back by a full GPU
     assert throttle.current_probe(gpu=True) is throttle.gpu_probe
     try:
@@ -112,6 +116,7 @@ def test_amdsmi_answers_where_nvml_cannot():
         amdsmi_get_gpu_process_list=lambda h: [{"pid": me, "memory_usage": {"vram_mem": 3 * GIB}}, {"pid": me + 1, "mem": GIB}])
     memory = GpuMemory(no_driver, lambda: amd)
     assert memory.device_percent() == 75.0
+    assert memory.device_percent(besides={me}) == 100 * (6144 - 3072) / 8192
     assert memory.process_bytes({me}) == 3 * GIB
     assert memory.library() == ("amdsmi", amd)
 

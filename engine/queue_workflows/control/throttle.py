@@ -10,6 +10,7 @@ works; a host may plug its own reader in with `set_memory_probe`.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -52,8 +53,12 @@ def psutil_probe() -> MemoryReadings:
 
 
 def gpu_probe() -> MemoryReadings:
-    """RAM and swap, plus GPU memory where NVML or amdsmi answers (None where neither does: no GPU, no library)."""
-    return replace(psutil_probe(), gpu_percent=gpu_memory.device_percent())
+    """RAM and swap, plus GPU memory where NVML or amdsmi answers (None where neither does: no GPU, no library).
+
+    What this process holds is left out: a gpu worker whose own warm model fills its card would
+    otherwise throttle itself until the model's idle unload.
+    """
+    return replace(psutil_probe(), gpu_percent=gpu_memory.device_percent(besides=(os.getpid(),)))
 
 
 _probe: Callable[[], MemoryReadings] | None = None  # None: the default for the worker's queue

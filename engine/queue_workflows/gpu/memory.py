@@ -63,9 +63,11 @@ class GpuMemory:
 
         return self._guard(call, timeout=self.timeout)
 
-    def device_percent(self) -> float | None:
-        """The fullest device's used memory, in percent of its total; None without a readable GPU."""
-        return self._read(_device_percent)
+    def device_percent(self, *, besides: Collection[int] = ()) -> float | None:
+        """The fullest device's used memory, in percent of its total, less what the processes `besides`
+        hold there (a worker's own warm models are no pressure on itself); None without a readable GPU."""
+        mine = frozenset(besides)
+        return self._read(lambda kind, lib: _device_percent(kind, lib, mine))
 
     def process_bytes(self, pids: Collection[int]) -> int | None:
         """GPU memory the processes `pids` hold, summed over every device; None when it cannot be asked."""
@@ -87,10 +89,13 @@ def _used_total(kind: str, lib: Any, handle: Any) -> tuple[float, float]:
     return float(vram["vram_used"]), float(vram["vram_total"])
 
 
-def _device_percent(kind: str, lib: Any) -> float | None:
+def _device_percent(kind: str, lib: Any, besides: frozenset[int]) -> float | None:
     shares = []
     for handle in _handles(kind, lib):
         used, total = _used_total(kind, lib, handle)
+        if besides:
+            own = _device_process_bytes(kind, lib, handle, besides)
+            used = max(0.0, used - (own if kind == "nvml" else own / 2**20))  # amdsmi's used and total are in MB
         if total > 0:
             shares.append(100.0 * used / total)
     return max(shares, default=None)
@@ -104,19 +109,22 @@ def _amd_process_vram(lib: Any, handle: Any, proc: Any) -> tuple[int | None, int
     return info.get("pid"), int(vram if vram is not None else info.get("mem") or 0)
 
 
-def _process_bytes(kind: str, lib: Any, pids: frozenset[int]) -> int:
+def _device_process_bytes(kind: str, lib: Any, handle: Any, pids: frozenset[int]) -> int:
     total = 0
-    for handle in _handles(kind, lib):
-        if kind == "nvml":
-            for proc in lib.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid in pids and proc.usedGpuMemory:
-                    total += int(proc.usedGpuMemory)
-        else:
-            for proc in lib.amdsmi_get_gpu_process_list(handle):
-                pid, used = _amd_process_vram(lib, handle, proc)
-                if pid in pids:
-                    total += used
+    if kind == "nvml":
+        for proc in lib.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid in pids and proc.usedGpuMemory:
+                total += int(proc.usedGpuMemory)
+    else:
+        for proc in lib.amdsmi_get_gpu_process_list(handle):
+            pid, used = _amd_process_vram(lib, handle, proc)
+            if pid in pids:
+                total += used
     return total
+
+
+def _process_bytes(kind: str, lib: Any, pids: frozenset[int]) -> int:
+    return sum(_device_process_bytes(kind, lib, handle, pids) for handle in _handles(kind, lib))
 
 
 gpu_memory = GpuMemory()
