@@ -17,7 +17,7 @@ from procs import Procs, log_text, query, service_env, wait_until
 from queue_workflows import node_queue
 from queue_workflows.control import throttle
 from queue_workflows.gpu.memory import GpuMemory
-from queue_workflows.worker.vram_peak import PeakSampler, own_pids
+from queue_workflows.worker.vram_peak import PeakSampler, is_own
 
 FAKE_NVML_DIR = Path(__file__).resolve().parents[1] / "support" / "fake_nvml"
 sys.path.insert(0, str(FAKE_NVML_DIR))
@@ -169,10 +169,16 @@ def test_the_sampler_keeps_the_highest_reading_and_torch_peak_counts_too():
     assert nothing.stop() is None
 
 
-def test_the_processes_sampled_are_the_worker_and_its_children():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+def test_the_processes_sampled_are_the_worker_and_its_descendants():
+    code = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); print(p.pid, flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    grandchild = None
     try:
-        assert {os.getpid(), child.pid} <= own_pids()
+        grandchild = int(child.stdout.readline())
+        assert is_own(os.getpid()) and is_own(child.pid) and is_own(grandchild)
+        assert not is_own(os.getppid()) and not is_own(1)
     finally:
         child.kill()
         child.wait()
+        if grandchild is not None:
+            os.kill(grandchild, 9)

@@ -56,7 +56,15 @@ class GpuMemory:
                 log.debug("%s unavailable for GPU memory: %s", kind, exc)
         return None
 
+    @property
+    def absent(self) -> bool:
+        """Neither library started (asked once already): every read is None."""
+        return self._tried and self._backend is None
+
     def _read(self, fn: Callable[[str, Any], Any]) -> Any:
+        if self.absent:
+            return None  # no thread for a call that can only say so
+
         def call() -> Any:
             backend = self.library()
             return None if backend is None else fn(*backend)
@@ -66,13 +74,14 @@ class GpuMemory:
     def device_percent(self, *, besides: Collection[int] = ()) -> float | None:
         """The fullest device's used memory, in percent of its total, less what the processes `besides`
         hold there (a worker's own warm models are no pressure on itself); None without a readable GPU."""
-        mine = frozenset(besides)
-        return self._read(lambda kind, lib: _device_percent(kind, lib, mine))
+        pids = frozenset(besides)
+        return self._read(lambda kind, lib: _device_percent(kind, lib, pids.__contains__))
 
-    def process_bytes(self, pids: Collection[int]) -> int | None:
-        """GPU memory the processes `pids` hold, summed over every device; None when it cannot be asked."""
-        wanted = frozenset(pids)
-        return self._read(lambda kind, lib: _process_bytes(kind, lib, wanted))
+    def process_bytes(self, mine: Collection[int] | Callable[[int], bool]) -> int | None:
+        """GPU memory the processes `mine` holds (pids, or a test of a pid), summed over every device;
+        None when it cannot be asked. Only the pids the GPU lists are tested."""
+        test = mine if callable(mine) else frozenset(mine).__contains__
+        return self._read(lambda kind, lib: _process_bytes(kind, lib, test))
 
 
 def _handles(kind: str, lib: Any) -> list[Any]:
@@ -89,12 +98,12 @@ def _used_total(kind: str, lib: Any, handle: Any) -> tuple[float, float]:
     return float(vram["vram_used"]), float(vram["vram_total"])
 
 
-def _device_percent(kind: str, lib: Any, besides: frozenset[int]) -> float | None:
+def _device_percent(kind: str, lib: Any, besides: Callable[[int], bool]) -> float | None:
     shares = []
     for handle in _handles(kind, lib):
         used, total = _used_total(kind, lib, handle)
-        if besides:
-            own = _device_process_bytes(kind, lib, handle, besides)
+        own = _device_process_bytes(kind, lib, handle, besides)
+        if own:
             used = max(0.0, used - (own if kind == "nvml" else own / 2**20))  # amdsmi's used and total are in MB
         if total > 0:
             shares.append(100.0 * used / total)
@@ -109,22 +118,22 @@ def _amd_process_vram(lib: Any, handle: Any, proc: Any) -> tuple[int | None, int
     return info.get("pid"), int(vram if vram is not None else info.get("mem") or 0)
 
 
-def _device_process_bytes(kind: str, lib: Any, handle: Any, pids: frozenset[int]) -> int:
+def _device_process_bytes(kind: str, lib: Any, handle: Any, mine: Callable[[int], bool]) -> int:
     total = 0
     if kind == "nvml":
         for proc in lib.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid in pids and proc.usedGpuMemory:
+            if proc.usedGpuMemory and mine(proc.pid):
                 total += int(proc.usedGpuMemory)
     else:
         for proc in lib.amdsmi_get_gpu_process_list(handle):
             pid, used = _amd_process_vram(lib, handle, proc)
-            if pid in pids:
+            if used and pid is not None and mine(pid):
                 total += used
     return total
 
 
-def _process_bytes(kind: str, lib: Any, pids: frozenset[int]) -> int:
-    return sum(_device_process_bytes(kind, lib, handle, pids) for handle in _handles(kind, lib))
+def _process_bytes(kind: str, lib: Any, mine: Callable[[int], bool]) -> int:
+    return sum(_device_process_bytes(kind, lib, handle, mine) for handle in _handles(kind, lib))
 
 
 gpu_memory = GpuMemory()

@@ -18,7 +18,7 @@ from queue_workflows.common import sqlfile
 from queue_workflows.gpu.memory import GpuMemory, gpu_memory, import_amdsmi, import_nvml
 from queue_workflows.jobstore import Statement
 from queue_workflows.queries import JobTable
-from queue_workflows.worker.vram_peak import PeakSampler, own_pids
+from queue_workflows.worker.vram_peak import PeakSampler, is_own
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
@@ -50,8 +50,13 @@ class ProcessVram:
                  *, memory: GpuMemory | None = None) -> None:
         self.memory = memory if memory is not None else GpuMemory(import_nvml, import_amdsmi)
 
+    @property
+    def absent(self) -> bool:
+        """Neither NVML nor amdsmi started here: sampling would read nothing."""
+        return self.memory.absent
+
     def __call__(self) -> int | None:
-        return self.memory.process_bytes(own_pids())
+        return self.memory.process_bytes(is_own)
 
 
 process_vram_bytes = ProcessVram(memory=gpu_memory)
@@ -61,6 +66,7 @@ class UsageMeter:
     def __init__(self, *, vram: bool = False, vram_probe: Callable[[], int | None] = process_vram_bytes,
                  sample_seconds: float = 0.5) -> None:
         self.vram = vram
+        self.vram_probe = vram_probe
         self.sampler = PeakSampler(vram_probe, interval=sample_seconds)
         self._cpu0 = 0.0
         self._t0 = 0.0
@@ -68,7 +74,7 @@ class UsageMeter:
     def start(self) -> None:
         self._cpu0, self._t0 = _cpu(), time.monotonic()
         if self.vram:
-            self.sampler.start()
+            self.sampler.start(sample=not getattr(self.vram_probe, "absent", False))
 
     def finish(self, *, load_seconds: float | None = None, hit: bool | None = None) -> Usage:
         return Usage(

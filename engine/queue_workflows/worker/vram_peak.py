@@ -22,16 +22,26 @@ log = logging.getLogger(__name__)
 Probe = Callable[[], "int | None"]
 
 
-def own_pids() -> set[int]:
-    """This process and its children (a job's subprocesses hold VRAM of their own)."""
-    pids = {os.getpid()}
+def is_own(pid: int, *, depth: int = 32) -> bool:
+    """This process, or one it started (a job's subprocesses hold VRAM of their own): walks `pid`'s parents.
+
+    Asked only for the few pids the GPU lists, so it stays cheap where listing this process's
+    children would scan every process on the host. A pid from another PID namespace (NVML in a
+    container reports the host's) or one that ended mid-walk is not ours.
+    """
+    me = os.getpid()
     try:
         import psutil
 
-        pids.update(child.pid for child in psutil.Process().children(recursive=True))
-    except Exception as exc:  # noqa: BLE001 - a child that ended mid-walk: this process alone this time
-        log.debug("could not list child processes: %s", exc)
-    return pids
+        for _ in range(depth):
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+            pid = psutil.Process(pid).ppid()
+    except Exception as exc:  # noqa: BLE001 - gone, or not ours to read
+        log.debug("could not read process %s: %s", pid, exc)
+    return False
 
 
 def _cuda_torch() -> Any:
@@ -100,11 +110,13 @@ class PeakSampler:
                 run.seen(self.probe())  # the job's end: what it still holds counts too
                 return
 
-    def start(self) -> None:
+    def start(self, *, sample: bool = True) -> None:
+        """Begin a job; `sample=False` where the probe is known to read nothing (torch's peak still counts)."""
         self.torch_reset()
         self._run = run = _Run()
-        self._thread = threading.Thread(target=self._sample, args=(run,), name="vram-peak", daemon=True)
-        self._thread.start()
+        if sample:
+            self._thread = threading.Thread(target=self._sample, args=(run,), name="vram-peak", daemon=True)
+            self._thread.start()
 
     def stop(self) -> int | None:
         run, thread, self._run, self._thread = self._run, self._thread, None, None
