@@ -144,6 +144,26 @@ class QueueWorkflowsBatch(QueueWorkflows):
         return [procs.spawn("qw-batch-worker", argv, env) for _ in range(n)]
 
 
+class QueueWorkflowsBatchTenants(QueueWorkflowsBatch):
+    """Batch mode with fair share at work: the jobs spread round-robin over 100 tenants (docs/flow_control.md)."""
+
+    name = "queue_workflows_batch_tenants"
+    tenants = 100
+    config = QueueWorkflowsBatch.config + f"; jobs of {tenants} tenants"
+
+    def enqueue_many(self, n: int) -> None:
+        from queue_workflows import bulk, db
+
+        with db.connect(url=self.url) as conn, conn.transaction():
+            bulk.copy_ingest_jobs(({"task_name": "noop", "queue": "fetch", "reason": "bench", "tenant": f"t{i % self.tenants}"}
+                                   for i in range(n)), conn=conn)
+
+    def reset(self) -> None:
+        super().reset()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("TRUNCATE tenant_shares")
+
+
 class Procrastinate(System):
     name = "procrastinate"
     config = "python -m procrastinate worker --concurrency=1 (sync no-op task; defaults otherwise)"
@@ -287,7 +307,7 @@ class PgQueuer(System):
         )
 
 
-ALL = (QueueWorkflows, QueueWorkflowsBatch, PgQueuer, Procrastinate)
+ALL = (QueueWorkflows, QueueWorkflowsBatch, QueueWorkflowsBatchTenants, PgQueuer, Procrastinate)
 
 
 def select(names: str) -> list[type[System]]:

@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0041 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0042 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -58,6 +58,17 @@ BEGIN
          WHERE run_id = NEW.parent_run_id AND node_name = NEW.parent_node AND status = 'waiting';
     END IF;
     RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_child_run_tenant() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.parent_run_id IS NOT NULL THEN
+        NEW.tenant := coalesce((SELECT r.tenant FROM workflow_runs r WHERE r.id = NEW.parent_run_id), NEW.tenant);
+    END IF;
+    RETURN NEW;
 END
 $$;
 
@@ -242,9 +253,11 @@ CREATE TABLE public.ingest_jobs (
     concurrency_key text,
     flow_scope text,
     flow_key text,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT ingest_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+    CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT ingest_jobs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE FUNCTION public.qw_flow_held(j public.ingest_jobs, p_tasks text[]) RETURNS text
@@ -293,6 +306,7 @@ CREATE TABLE public.workflow_node_jobs (
     concurrency_key text,
     flow_scope text,
     flow_key text,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT workflow_node_jobs_map_index_check CHECK ((map_index >= 0)),
@@ -301,7 +315,8 @@ CREATE TABLE public.workflow_node_jobs (
     CONSTRAINT workflow_node_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
     CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
-    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))
+    CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
+    CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE FUNCTION public.qw_flow_held(j public.workflow_node_jobs, p_tasks text[]) RETURNS text
@@ -358,6 +373,17 @@ CREATE FUNCTION public.qw_flow_tasks(p_queue text) RETURNS text[]
 BEGIN
     RETURN (SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*');
 END $$;
+
+CREATE FUNCTION public.qw_node_run_tenant() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.run_id IS NOT NULL THEN
+        NEW.tenant := coalesce((SELECT r.tenant FROM workflow_runs r WHERE r.id = NEW.run_id), NEW.tenant);
+    END IF;
+    RETURN NEW;
+END
+$$;
 
 CREATE FUNCTION public.qw_notify_input_submission() RETURNS trigger
     LANGUAGE plpgsql
@@ -470,6 +496,37 @@ BEGIN
     RETURN true;
 EXCEPTION WHEN lock_not_available THEN
     RETURN false;
+END
+$$;
+
+CREATE FUNCTION public.qw_tenant_requeued() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM qw_tenants_activate(ARRAY[ARRAY[NEW.queue, NEW.tenant]]);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.qw_tenants_activate(pairs text[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO tenant_shares AS s (queue, tenant, vtime)
+    SELECT n.queue, n.tenant,
+           coalesce((SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = n.queue AND a.active ORDER BY a.vtime LIMIT 1), 0)
+      FROM (SELECT DISTINCT pairs[i][1] AS queue, pairs[i][2] AS tenant FROM generate_subscripts(pairs, 1) AS i) AS n
+     WHERE NOT EXISTS (SELECT FROM tenant_shares AS x WHERE x.queue = n.queue AND x.tenant = n.tenant AND x.active)
+     ORDER BY n.queue, n.tenant  -- rows locked in one order: concurrent enqueues cannot deadlock
+    ON CONFLICT (queue, tenant) DO UPDATE SET active = true, vtime = greatest(s.vtime, EXCLUDED.vtime), updated_at = now()
+     WHERE NOT s.active;
+$$;
+
+CREATE FUNCTION public.qw_tenants_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM qw_tenants_activate(ARRAY(SELECT ARRAY[r.queue, r.tenant] FROM new_rows AS r WHERE r.status = 'queued' GROUP BY r.queue, r.tenant));
+    RETURN NULL;
 END
 $$;
 
@@ -618,6 +675,24 @@ CREATE TABLE public.schedule_slots (
     enqueued_by text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT schedule_slots_kind_check CHECK ((kind = ANY (ARRAY['slot'::text, 'catch_up'::text, 'boot'::text])))
+);
+
+CREATE TABLE public.tenant_shares (
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    vtime double precision DEFAULT 0 NOT NULL,
+    served bigint DEFAULT 0 NOT NULL,
+    active boolean DEFAULT true NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+)
+WITH (fillfactor='50');
+
+CREATE TABLE public.tenant_weights (
+    tenant text NOT NULL,
+    weight double precision NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tenant_weights_tenant_check CHECK ((tenant <> ''::text)),
+    CONSTRAINT tenant_weights_weight_range CHECK (((weight > (0)::double precision) AND (weight <= (10000)::double precision)))
 );
 
 CREATE TABLE public.worker_controls (
@@ -779,9 +854,11 @@ CREATE TABLE public.workflow_runs (
     parent_run_id bigint,
     parent_node text,
     depth integer DEFAULT 0 NOT NULL,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT workflow_runs_depth_check CHECK ((depth >= 0)),
     CONSTRAINT workflow_runs_parent_pair CHECK (((parent_run_id IS NULL) = (parent_node IS NULL))),
-    CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+    CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT workflow_runs_tenant_check CHECK ((tenant <> ''::text))
 );
 
 CREATE SEQUENCE public.workflow_runs_id_seq
@@ -845,6 +922,12 @@ ALTER TABLE ONLY public.schedule_entry_turns
 ALTER TABLE ONLY public.schedule_slots
     ADD CONSTRAINT schedule_slots_pkey PRIMARY KEY (entry_name, slot_time);
 
+ALTER TABLE ONLY public.tenant_shares
+    ADD CONSTRAINT tenant_shares_pkey PRIMARY KEY (queue, tenant);
+
+ALTER TABLE ONLY public.tenant_weights
+    ADD CONSTRAINT tenant_weights_pkey PRIMARY KEY (tenant);
+
 ALTER TABLE ONLY public.worker_controls
     ADD CONSTRAINT worker_controls_pkey PRIMARY KEY (host_label, queue);
 
@@ -872,7 +955,7 @@ ALTER TABLE ONLY public.workflow_run_actions
 ALTER TABLE ONLY public.workflow_runs
     ADD CONSTRAINT workflow_runs_pkey PRIMARY KEY (id);
 
-CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+CREATE INDEX ingest_jobs_claim_idx ON public.ingest_jobs USING btree (queue, tenant, priority, id) WHERE (status = 'queued'::text);
 
 CREATE UNIQUE INDEX ingest_jobs_dedup_live_idx ON public.ingest_jobs USING btree (dedup_key) WHERE ((dedup_key IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])));
 
@@ -890,6 +973,8 @@ CREATE INDEX job_events_at_idx ON public.job_events USING btree (at);
 
 CREATE INDEX job_events_job_idx ON public.job_events USING btree (job_table, job_id, id);
 
+CREATE INDEX tenant_shares_active_idx ON public.tenant_shares USING btree (queue) WHERE active;
+
 CREATE INDEX workflow_dispatch_events_pending_idx ON public.workflow_dispatch_events USING btree (next_attempt_at, id) WHERE ((processed_at IS NULL) AND (poisoned_at IS NULL));
 
 CREATE INDEX workflow_dispatch_events_processed_idx ON public.workflow_dispatch_events USING btree (processed_at) WHERE (processed_at IS NOT NULL);
@@ -904,7 +989,7 @@ CREATE INDEX workflow_input_submissions_open_idx ON public.workflow_input_submis
 
 CREATE INDEX workflow_input_submissions_run_idx ON public.workflow_input_submissions USING btree (run_id, node_name);
 
-CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, priority DESC, id) WHERE (status = 'queued'::text);
+CREATE INDEX workflow_node_jobs_claim_idx ON public.workflow_node_jobs USING btree (queue, tenant, priority, id) WHERE (status = 'queued'::text);
 
 CREATE INDEX workflow_node_jobs_event_key_idx ON public.workflow_node_jobs USING btree (event_key) WHERE (event_key IS NOT NULL);
 
@@ -956,6 +1041,10 @@ CREATE TRIGGER ingest_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.
 
 CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
 
+CREATE TRIGGER ingest_jobs_tenant_requeued AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.qw_tenant_requeued();
+
+CREATE TRIGGER ingest_jobs_tenants_inserted AFTER INSERT ON public.ingest_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.qw_tenants_inserted();
+
 CREATE TRIGGER worker_controls_notify AFTER INSERT OR DELETE OR UPDATE ON public.worker_controls FOR EACH ROW EXECUTE FUNCTION public.qw_notify_worker_control();
 
 CREATE TRIGGER workflow_events_deliver BEFORE INSERT ON public.workflow_events FOR EACH ROW EXECUTE FUNCTION public.qw_deliver_event();
@@ -986,13 +1075,21 @@ CREATE TRIGGER workflow_node_jobs_record_marker AFTER INSERT ON public.workflow_
 
 CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (old.claimed_by IS NOT NULL) AND (new.status <> 'completed'::text) AND ((new.status <> 'running'::text) OR (new.claimed_by IS DISTINCT FROM old.claimed_by)))) EXECUTE FUNCTION public.qw_notify_job_revoked();
 
+CREATE TRIGGER workflow_node_jobs_run_tenant BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW EXECUTE FUNCTION public.qw_node_run_tenant();
+
 CREATE TRIGGER workflow_node_jobs_schedule_future BEFORE INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
+
+CREATE TRIGGER workflow_node_jobs_tenant_requeued AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.qw_tenant_requeued();
+
+CREATE TRIGGER workflow_node_jobs_tenants_inserted AFTER INSERT ON public.workflow_node_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.qw_tenants_inserted();
 
 CREATE TRIGGER workflow_node_jobs_timer_notify_ins AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)))) EXECUTE FUNCTION public.qw_notify_timer();
 
 CREATE TRIGGER workflow_node_jobs_timer_notify_upd AFTER UPDATE OF status, wake_at, event_key ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'waiting'::text) AND ((new.wake_at IS NOT NULL) OR (new.event_key IS NOT NULL)) AND ((old.status IS DISTINCT FROM new.status) OR (old.wake_at IS DISTINCT FROM new.wake_at) OR (old.event_key IS DISTINCT FROM new.event_key)))) EXECUTE FUNCTION public.qw_notify_timer();
 
 CREATE TRIGGER workflow_runs_child_ended AFTER UPDATE OF status ON public.workflow_runs FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.qw_child_run_ended();
+
+CREATE TRIGGER workflow_runs_parent_tenant BEFORE INSERT ON public.workflow_runs FOR EACH ROW EXECUTE FUNCTION public.qw_child_run_tenant();
 
 ALTER TABLE ONLY public.workflow_dispatch_events
     ADD CONSTRAINT workflow_dispatch_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.workflow_runs(id) ON DELETE CASCADE;
@@ -1117,6 +1214,18 @@ GRANT SELECT ON TABLE public.schedule_slots TO qw_orchestrator;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.schedule_slots TO qw_scheduler;
 GRANT SELECT ON TABLE public.schedule_slots TO qw_dashboard;
 GRANT SELECT ON TABLE public.schedule_slots TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_shares TO qw_worker;
+GRANT SELECT ON TABLE public.tenant_shares TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_shares TO qw_orchestrator;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_shares TO qw_dashboard;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_shares TO qw_scheduler;
+
+GRANT SELECT ON TABLE public.tenant_weights TO qw_worker;
+GRANT SELECT ON TABLE public.tenant_weights TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_weights TO qw_orchestrator;
+GRANT SELECT ON TABLE public.tenant_weights TO qw_dashboard;
+GRANT SELECT ON TABLE public.tenant_weights TO qw_scheduler;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_controls TO qw_orchestrator;

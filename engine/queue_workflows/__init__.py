@@ -43,6 +43,7 @@ from queue_workflows.errors import (
     UnknownQueueError,
     UnknownTaskError,
 )
+from queue_workflows.fair.tenants import clear_tenant_weight, set_tenant_weight, tenant_shares
 from queue_workflows.gpu.registry import set_builtin_model_registrar
 from queue_workflows.leader import reclaim
 from queue_workflows.ops import admin
@@ -94,6 +95,9 @@ __all__ = [
     "CallableNotAllowedError",
     "report_progress",
     "set_ingest_schedule",
+    "set_tenant_weight",
+    "clear_tenant_weight",
+    "tenant_shares",
     "set_builtin_model_registrar",
     "set_memory_probe",
     "worker_control",

@@ -58,6 +58,7 @@ class JobRow:
     concurrency_key: str | None = None  # its key under a flow limit (docs/flow_control.md)
     flow_scope: str | None = None  # the limit it was admitted under, stamped by the claim
     flow_key: str | None = None  # the key it was admitted under
+    tenant: str = "default"  # whose job it is, for fair share (docs/flow_control.md)
 
     table: ClassVar[str]
 

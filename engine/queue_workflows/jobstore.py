@@ -56,8 +56,10 @@ def claim_statement(
     loaded_models: Sequence[str] = (),
     vram_available_gb: float | None = None,
     second_copy_backlog: int = 2,
+    aging_seconds: float = 0,
 ) -> Statement:
     params: dict[str, Any] = {
+        "aging_seconds": aging_seconds,
         "queue": queue,
         "worker_id": claimant.worker_id,
         "lock_key": claimant.lock_key,

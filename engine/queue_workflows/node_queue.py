@@ -18,6 +18,7 @@ from queue_workflows import callables, config, db, jobstore, tasks
 from queue_workflows.common import retry_policy, sqlfile
 from queue_workflows.dag import hooks
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
+from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
 from queue_workflows.payloads import check_text, clean_text, json_object, shown
@@ -33,7 +34,7 @@ NODE_QUEUES = RESERVED_QUEUES
 _NODE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 _BIGINT_MAX = 2**63 - 1
-_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts", "concurrency_key")
+_INGEST_ARGS = ("task_name", "queue", "args", "reason", "priority", "max_attempts", "concurrency_key", "tenant")
 
 __all__ = [
     "Claimant",
@@ -91,6 +92,7 @@ def _ingest_params(
     priority: int = 0,
     max_attempts: int | None = None,
     concurrency_key: str | None = None,
+    tenant: str = DEFAULT_TENANT,
 ) -> dict[str, Any]:
     """Validate one ingest job and return its bind parameters; raises before anything is written."""
     tasks.check_task_name(task_name)
@@ -105,6 +107,7 @@ def _ingest_params(
         "priority": _check_priority(priority),
         "max_attempts": _check_max_attempts(max_attempts),
         "concurrency_key": check_concurrency_key(concurrency_key),
+        "tenant": check_tenant(tenant),
     }
 
 
@@ -123,15 +126,17 @@ def enqueue_ingest_job(
     max_attempts: int | None = None,
     dedup_key: str | None = None,
     concurrency_key: str | None = None,
+    tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction.
 
+    `tenant` names whose work it is: within a queue, tenants are served by weight (docs/flow_control.md).
     With `dedup_key`, a job with that key that is live (or finished within
     `QW_DEDUP_WINDOW_SECONDS`) is returned instead of enqueueing another.
     """
     params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts,
-                            concurrency_key=concurrency_key)
+                            concurrency_key=concurrency_key, tenant=tenant)
     if dedup_key is None:
         row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_ingest_job"), params))
     else:
@@ -154,7 +159,7 @@ def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | No
     """INSERT many ingest jobs in one statement, all or nothing.
 
     Each item takes `enqueue_ingest_job`'s arguments by name (`task_name`, `queue`, `args`,
-    `reason`, `priority`, `max_attempts`); every item is validated before anything is written.
+    `reason`, `priority`, `max_attempts`, `tenant`); every item is validated before anything is written.
     """
     batch: dict[str, list[Any]] = {key: [] for key in _INGEST_ARGS}
     try:
@@ -203,10 +208,12 @@ def enqueue_node_job(
     retry_policy: Mapping[str, Any] | None = None,
     concurrency_key: str | None = None,
     check_callable: bool = True,
+    tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
 
+    `tenant` is the job's (docs/flow_control.md); a job with a `run_id` takes its run's instead.
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
     packages, or a registered callable (callables.py); any other is refused before the write.
     `retry_policy` takes a DAG node's keys (`timeout`, `retry_backoff`, `retry_on`, `no_retry_on`).
@@ -233,6 +240,7 @@ def enqueue_node_job(
         "max_attempts": _check_max_attempts(max_attempts),
         "retry_policy": _checked_policy(retry_policy),
         "concurrency_key": check_concurrency_key(concurrency_key),
+        "tenant": check_tenant(tenant),
     }
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing
     if check_callable:
@@ -291,6 +299,7 @@ def claim_statement(
         loaded_models=loaded_models,
         vram_available_gb=vram_available_gb,
         second_copy_backlog=settings.gpu_second_copy_backlog,
+        aging_seconds=settings.claim_aging_seconds,
     )
 
 

@@ -13,6 +13,7 @@ __all__ = ["JobTable", "claim_query"]
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
+_FAIR = sqlfile.load("queue_workflows.fair", "fair.sql")
 
 PRIORITY_ORDER = {
     "highest_first": sql.SQL("priority DESC"),
@@ -33,6 +34,23 @@ HEAD_ORDER = {
     "highest_first": sql.SQL("q.priority DESC, q.id"),
     "lowest_first": sql.SQL("q.priority ASC, q.id"),
 }
+# Fair share (fair/fair.sql): a band's priority aged by one level per QW_CLAIM_AGING_SECONDS its
+# oldest job has waited (0: no aging), in the claim order's direction.
+_AGE = "CASE WHEN %(aging_seconds)s::float8 > 0 THEN floor(extract(epoch FROM now() - bd.created_at) / %(aging_seconds)s::float8) ELSE 0 END"
+BAND_ORDER = {
+    "highest_first": sql.SQL("bd.priority + " + _AGE + " DESC"),
+    "lowest_first": sql.SQL("bd.priority - " + _AGE + " ASC"),
+}
+
+
+@cache
+def fair_fragments(table: JobTable, claim_order: str) -> dict[str, sql.Composable]:
+    """`{fair}`, `{bands}` and `{charge}` of a claim on `table`: its tenant order, a tenant's bands, its charge (fair/fair.sql)."""
+    return {
+        "fair": sql.SQL(_FAIR["fair_order"]).format(table=sql.Identifier(table)),
+        "bands": sql.SQL(_FAIR["fair_bands"]).format(table=sql.Identifier(table), band_order=BAND_ORDER[claim_order]),
+        "charge": sql.SQL(_FAIR["fair_charge"]),
+    }
 
 
 @cache
@@ -48,5 +66,7 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
         order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
         routing = sql.SQL(_GPU["gpu_routing"])
     order.append(CREATED_ORDER)
-    return sql.SQL(_WORKER["claim_job"]).format(plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing,
-                                                clear_unassignable=sqlfile.clear_unassignable(table))
+    return sql.SQL(_WORKER["claim_job"]).format(
+        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing,
+        clear_unassignable=sqlfile.clear_unassignable(table), **fair_fragments(table, claim_order),
+    )

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(default=1_048_576, gt=0)
     dedup_window_seconds: float = Field(default=0.0, ge=0)
     claim_order: Literal["highest_first", "lowest_first"] = "highest_first"
+    # Fair share (docs/flow_control.md): within a tenant, a priority band's head gains one level per
+    # this many seconds it has waited, so low priorities are never starved; 0 turns aging off.
+    claim_aging_seconds: float = Field(default=300.0, ge=0, le=86400 * 365)
+    # The leader's tenant sweep: a tenant with nothing queued leaves the claim's walk this often.
+    tenant_sweep_seconds: float = Field(default=2.0, gt=0, le=3600)
 
     ingest_queues: Annotated[frozenset[str], NoDecode] = frozenset({"fetch", "load"})
     ingest_default_budget_s: float = Field(default=3600.0, gt=0)

@@ -10,7 +10,7 @@ from queue_workflows import app_loader, db, scheduler
 from queue_workflows.control import commands as worker_control
 from queue_workflows.ops import status
 
-from . import health, keys, ops
+from . import health, keys, ops, tenants
 from .dashboard import service as dashboard_service
 from .tables import print_table, schedule_table, status_table
 
@@ -28,7 +28,7 @@ def _status(as_json: bool) -> int:
         print_table(ops.orchestrators_table(data["orchestrators"]))
     else:
         print("no orchestrator is running: nothing reclaims lost jobs or advances DAG runs (start queue-orchestrator)")
-    for line in keys.status_lines(data["flow"]):
+    for line in keys.status_lines(data["flow"]) + tenants.status_lines(data["tenants"]):
         print(line)
     for warning in data["warnings"]:
         print(f"WARNING: {warning}")
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_cmd = sub.add_parser("health", parents=[app_too], help="exit 0 while this container's worker/orchestrator beats (a HEALTHCHECK)")
     health.add_arguments(health_cmd)
     ops.add_commands(sub, [app_too])
+    tenants.add_commands(sub, [app_too])
     keys.add_command(sub, [app_too])
     return parser
 
@@ -112,6 +113,8 @@ def _command(args: argparse.Namespace) -> int:
         return _schedule(args.json)
     if args.command in ops.COMMANDS:
         return ops.run(args)
+    if args.command in tenants.COMMANDS:
+        return tenants.run(args)
     if args.command == keys.COMMAND:
         return keys.run(args)
     return _status(args.json)

@@ -74,11 +74,15 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
     for order in ("highest_first", "lowest_first"):
         for affinity in (True, False):
             text = queries.claim_query("ingest_jobs", order, affinity).as_string(None)
-            if affinity:  # the plan is a fixed WITH clause of its own, the only other place that orders
+            # The gpu plan and the fair order are fixed CTEs of their own, the only other places that order.
+            fair = queries.fair_fragments("ingest_jobs", order)["fair"].as_string(None)
+            assert fair in text
+            text = text.replace(fair, "")
+            if affinity:
                 plan = sql.SQL(_GPU["gpu_claim_plan"]).format(table=sql.Identifier("ingest_jobs"),
                                                                      head_order=queries.HEAD_ORDER[order]).as_string(None)
-                assert text.startswith(plan)
-                text = text[len(plan):]
+                assert text.startswith("WITH RECURSIVE " + plan)
+                text = text[len("WITH RECURSIVE " + plan):]
             assert text.count("ORDER BY") == 1
             order_by = text.split("ORDER BY", 1)[1].split("FOR UPDATE", 1)[0]
             allowed = {"priority", "DESC", "ASC", "id", "(required_model", "IS", "NOT", "DISTINCT", "FROM", "%(current_model)s)", ",",
@@ -93,9 +97,9 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
 
 
 def test_claim_is_a_single_update_with_skip_locked():
-    for affinity in (False, True):  # a gpu claim's plan is a WITH clause of the same statement
+    for affinity in (False, True):  # a gpu claim's plan and the fair order are WITH clauses of the same statement
         text = queries.claim_query("workflow_node_jobs", "highest_first", affinity).as_string(None)
-        assert text.lstrip().startswith("WITH RECURSIVE queued_models AS (" if affinity else "UPDATE") and text.count(";") == 0
+        assert text.lstrip().startswith("WITH RECURSIVE queued_models AS (" if affinity else "WITH RECURSIVE bands AS (") and text.count(";") == 0
         assert "FOR UPDATE SKIP LOCKED" in text and "LIMIT 1" in text and text.count('UPDATE "workflow_node_jobs" AS j') == 1
 
 

@@ -118,7 +118,7 @@ def test_a_batch_takes_at_most_the_free_slots(database_url, conn):
     set_flow_limit("fetch", max_running=3, key_path="args.basin")
     _enqueue("a", n=10)
     _enqueue("b", n=2)
-    params = {"queue": "fetch", "worker_id": "batch", "lock_key": 1, "lease_seconds": 60, "limit": 10}
+    params = {"queue": "fetch", "worker_id": "batch", "lock_key": 1, "lease_seconds": 60, "limit": 10, "aging_seconds": 0}
 
     def batch() -> int:
         with conn.transaction():

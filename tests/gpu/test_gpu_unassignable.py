@@ -67,7 +67,7 @@ def _plain_claim(conn, queue: str) -> list[dict]:
 
 
 def _batch_claim(conn, queue: str) -> list[dict]:
-    params = {"queue": queue, "worker_id": "w-batch", "lock_key": 1, "lease_seconds": 30, "limit": 5}
+    params = {"queue": queue, "worker_id": "w-batch", "lock_key": 1, "lease_seconds": 30, "limit": 5, "aging_seconds": 0}
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         return cur.execute(claim_batch_query("workflow_node_jobs", "highest_first"), params).fetchall()
 

@@ -23,7 +23,7 @@ def _backlog(conn: psycopg.Connection, n: int, status: str = "queued") -> None:
 
 
 def _claim(conn: psycopg.Connection, worker: str, limit: int) -> list[int]:
-    params = {"queue": "fetch", "worker_id": worker, "lock_key": 1, "lease_seconds": 60, "limit": limit}
+    params = {"queue": "fetch", "worker_id": worker, "lock_key": 1, "lease_seconds": 60, "limit": limit, "aging_seconds": 0}
     with conn.transaction():
         return [row["id"] for row in conn.execute(claim_batch_query("ingest_jobs", "highest_first"), params)]
 

@@ -1,8 +1,8 @@
 -- Named queries of the DAG runner (queue_workflows.dag.store / .outbox).
 
 -- name: dag_insert_run
-INSERT INTO workflow_runs (workflow_name, status, context, definition, priority)
-VALUES (%(workflow_name)s, 'running', %(context)s, %(definition)s, %(priority)s)
+INSERT INTO workflow_runs (workflow_name, status, context, definition, priority, tenant)
+VALUES (%(workflow_name)s, 'running', %(context)s, %(definition)s, %(priority)s, %(tenant)s)
 RETURNING id;
 
 -- name: dag_lock_run

@@ -23,6 +23,7 @@ from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow, WorkflowValidationError
 from queue_workflows.dag.validate import check_start_refs, node_policy, topological_order, validate
 from queue_workflows.errors import InvalidPayloadError
+from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.payloads import check_id, clean_text, json_object
 
@@ -39,13 +40,14 @@ def start_run(
     conn: db.Conn | None = None,
     priority: int = 0,
     check_callables: bool = True,
+    tenant: str = DEFAULT_TENANT,
 ) -> int:
     """Validate `workflow`, insert its run and enqueue its roots, in the caller's transaction when `conn` is given.
 
     `workflow` is a Workflow, its data form, or a name for the provider (`set_workflow_provider`).
     Nothing is written on any failure (validation, a root's reference the context cannot answer,
     an error while enqueueing the roots); with `conn`, the caller's earlier statements survive it.
-    Returns the run id.
+    Returns the run id. The run's nodes, and its child runs, are `tenant`'s (docs/flow_control.md).
     """
     if isinstance(workflow, str):
         workflow = hooks.load_definition(workflow)
@@ -58,6 +60,7 @@ def start_run(
         "context": json_object(dict(context or {}), what="context", max_bytes=max_bytes),
         "definition": Jsonb(wf.to_dict()),
         "priority": priority,
+        "tenant": check_tenant(tenant),
     }
     check_start_refs(wf, dict(context or {}))
     with db.transaction(conn) as c, all_or_nothing(c) if conn is not None else nullcontext(), c.cursor(row_factory=dict_row) as cur:

@@ -20,7 +20,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 AND c.id = ANY(ARRAY(SELECT cd.id FROM candidates AS cd))
 
 -- name: gpu_claim_plan
--- The WITH clause of a gpu worker's claim (docs/gpu.md, "Routing"). `plan` is one row, computed
+-- The first CTEs of a gpu worker's claim (docs/gpu.md, "Routing"), before claim_job's own. `plan` is one row, computed
 -- once per claim, naming the models this worker may load, best first (`ranked`), and those of
 -- them no other live worker could fit, when there is another (`sole`). A model must fit this
 -- worker's VRAM; one another live worker holds (warm, or running a job for it, which covers a
@@ -31,7 +31,7 @@ AND c.id = ANY(ARRAY(SELECT cd.id FROM candidates AS cd))
 -- Every step is an index probe per model (workflow_node_jobs_model_claim_idx), never a read of the
 -- backlog: each queued model's next job by a loose index scan, and a holder's queue counted
 -- only as far as the rule needs.
-WITH RECURSIVE queued_models AS (
+queued_models AS (
      -- Each model's next job in claim order: ordered by the index's own columns, so only
      -- workflow_node_jobs_model_claim_idx can answer, one probe per model.
      (SELECT q.required_model AS model, q.id AS next_id FROM {table} AS q
@@ -101,7 +101,7 @@ WITH RECURSIVE queued_models AS (
      (SELECT q.id FROM {table} AS q
        WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NULL
        ORDER BY q.required_model, {head_order} LIMIT 1)
- )
+ ),
 
 -- name: upsert_gpu_model
 INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_gb)s)

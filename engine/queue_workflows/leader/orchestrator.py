@@ -25,6 +25,7 @@ from queue_workflows.dag.keeper import RunKeeper
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.dag.timekeeper import Timekeeper
 from queue_workflows.errors import DatabaseUnreachableError
+from queue_workflows.fair.sweep import TenantSweep
 from queue_workflows.leader import reclaim
 from queue_workflows.leader.leadership import Elector, Term
 from queue_workflows.leader.retention import Retention
@@ -87,6 +88,7 @@ def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
         "qw-dag-keeper": RunKeeper(stop_event=term.ended, guard=term.guard).run_forever,  # input listener, reconcile
         "qw-timekeeper": Timekeeper(stop_event=term.ended, guard=term.guard).run_forever,  # sleeps, event waits, events
         "qw-retention": Retention(stop_event=term.ended, guard=term.guard).run_forever,  # finished rows past their window
+        "qw-tenants": TenantSweep(stop_event=term.ended, guard=term.guard).run_forever,  # tenants with nothing queued leave the claim's walk
     }
     threads = [threading.Thread(target=target, name=name, daemon=True) for name, target in services.items()]
     for thread in threads:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from queue_workflows import config, node_queue
+from queue_workflows.fair.tenants import tenant_shares
 from queue_workflows.ops import admin, flow
 
 ORCHESTRATOR_SILENT_SECONDS = 5.0
@@ -24,6 +25,7 @@ def status_data() -> dict[str, Any]:
         "orchestrators": orchestrators,
         "warnings": [missing] if missing else [],
         "flow": flow.flow_summary(),  # per limited queue: keys running and at their limit (docs/flow_control.md)
+        "tenants": tenant_shares(),  # per queue and tenant: queued, running, served share against the weight's
     }
 
 

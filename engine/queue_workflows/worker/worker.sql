@@ -1,14 +1,18 @@
 -- Named queries of a claim worker (queue_workflows.worker): its claim, session lock, idle baton, heartbeat and usage.
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
--- `{plan}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
+-- `{plan}`, `{fair}`, `{bands}`, `{charge}`, `{order_by}` and `{routing}` are fixed fragments from queue_workflows.queries.
 
 -- name: claim_job
--- {plan} and {routing} are empty, or for a gpu worker the fixed `gpu_claim_plan` and
--- `gpu_routing` fragments below. The flow_limits lines are the admission (docs/flow_control.md):
--- on a queue with no limit each is one probe of an empty index, paid once per claim; otherwise
--- a candidate's key must not be among the queue's full keys (qw_flow_blocked, computed once per
--- claim) and the trigger qw_flow_admit has the last word. {clear_unassignable}: sqlfile.clear_unassignable.
-{plan}UPDATE {table} AS j
+-- {plan} is empty, or for a gpu worker the fixed `gpu_claim_plan` fragment; {fair}, {bands} and
+-- {charge} are fair/fair.sql's: tenants in fair order, each tenant's bands in aged priority order,
+-- the first band that yields an unlocked row wins, and {routing} (gpu_routing, or empty) filters
+-- within a band.
+-- The flow_limits lines are the admission (docs/flow_control.md): on a queue with no limit each is
+-- one probe of an empty index, paid once per claim; otherwise a candidate's key must not be among
+-- the queue's full keys (qw_flow_blocked, computed once per claim) and the trigger qw_flow_admit
+-- has the last word. {clear_unassignable}: sqlfile.clear_unassignable (empty for ingest_jobs).
+WITH RECURSIVE {plan}{fair}, claimed AS (
+UPDATE {table} AS j
    SET status = 'running', {clear_unassignable}
        claimed_by = %(worker_id)s,
        claim_lock_key = %(lock_key)s,
@@ -19,15 +23,20 @@
        flow_scope = CASE WHEN (SELECT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s)) THEN qw_flow_scope(j) END
  WHERE j.id = (
         SELECT c.id
-          FROM {table} AS c
-         WHERE c.status = 'queued' AND c.queue = %(queue)s {routing}
-           AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
-                OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
-                          qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))
-         ORDER BY {order_by}
-           FOR UPDATE SKIP LOCKED
+          FROM fair_tenants AS f CROSS JOIN LATERAL ({bands}) AS fb CROSS JOIN LATERAL (
+               SELECT c.id
+                 FROM {table} AS c
+                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority {routing}
+                  AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
+                       OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                                 qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))
+                ORDER BY {order_by}
+                  FOR UPDATE SKIP LOCKED
+                LIMIT 1) AS c
          LIMIT 1)
-RETURNING j.*;
+RETURNING j.*
+), {charge}
+SELECT * FROM claimed;
 
 -- name: next_worker_lock_key
 SELECT nextval('worker_lock_key_seq')::integer AS lock_key;

@@ -104,7 +104,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         return message(request, f"the database is not answering: {exc}", 503)
 
     async def index(request: Request) -> Response:
-        context = await read(lambda: {**views.workers_context(), **views.queues_context()})
+        context = await read(lambda: {**views.workers_context(), **views.queues_context(), **views.tenants_context()})
         return page(request, "index.html", {**context, "hosts": list(hub.hosts.values())})
 
     async def runs(request: Request) -> Response:

@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.templating import Jinja2Templates
 
-from queue_workflows import db, run_actions, run_status
+from queue_workflows import db, run_actions, run_status, tenant_shares
 from queue_workflows.hw_metrics import latest as latest_host_metrics
 from queue_workflows.ops import admin, flow
 from queue_workflows.ops.overview import empty_throughput, run_graph, search_jobs, throughput, worker_overview
@@ -52,6 +52,11 @@ def queues_context() -> dict[str, Any]:
     for row in rows:
         row.update(rates.get(row["queue"]) or empty_throughput())
     return {"queues": rows, "flow_keys": flow.flow_keys(limit=FLOW_KEYS_SHOWN)}
+
+
+def tenants_context() -> dict[str, Any]:
+    """Per-tenant shares, on the page as loaded, not in the live panels: the counts read every queued row."""
+    return {"tenants": tenant_shares()}
 
 
 def panels(templates: Jinja2Templates) -> dict[str, str]:

@@ -1,5 +1,6 @@
 -- Named queries of batch mode (queue_workflows.worker.batch).
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
+-- `{fair}`, `{bands}` and `{charge}` are fair/fair.sql's fragments, `{order_by}` a fixed one (queue_workflows.queries).
 
 -- name: claim_batch
 -- Up to %(limit)s rows in one statement, but no more than this worker's share of what is
@@ -9,26 +10,32 @@
 -- a row's start is recorded (start_batch_row, charge_batch_rows), so a crash charges only
 -- rows that ran. RETURNING has no order of its own: the rows come back in claim order, the
 -- order they are to run in.
-WITH peers AS (
+WITH RECURSIVE {fair}, peers AS (
     SELECT greatest(count(*), 1) AS n FROM worker_heartbeats WHERE queue = %(queue)s
 ), depth AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM {table} WHERE status = 'queued' AND queue = %(queue)s
              LIMIT %(limit)s::bigint * (SELECT n FROM peers)) AS q
+), share AS (
+    SELECT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int AS n
 ), picked AS MATERIALIZED (
     -- Fenced: run once. As `id IN (subquery)` the planner may rescan the LIMITed subquery
     -- per row, each rescan skipping the rows just claimed, and claim past the limit.
-    -- Admission as in claim_job; the trigger skips, rather than waits for, a key another claim holds.
-    SELECT id
-      FROM {table} AS c
-     WHERE status = 'queued' AND queue = %(queue)s
-       AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
-            OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
-                          qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
-                AND (SELECT set_config('qw.flow_skip_locked', 'on', true)) = 'on'))
-     ORDER BY {order_by}
-       FOR UPDATE SKIP LOCKED
-     LIMIT greatest(1, least(%(limit)s, ceil((SELECT n FROM depth)::numeric / (SELECT n FROM peers))))::int
+    -- Tenants in fair order, each one's bands in aged order (fair/fair.sql), fill the batch; admission as
+    -- in claim_job, and the trigger skips, rather than waits for, a key another claim holds.
+    SELECT c.id
+      FROM fair_tenants AS f CROSS JOIN LATERAL ({bands}) AS fb CROSS JOIN LATERAL (
+           SELECT c.id
+             FROM {table} AS c
+            WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority
+              AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
+                   OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
+                                 qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
+                       AND (SELECT set_config('qw.flow_skip_locked', 'on', true)) = 'on'))
+            ORDER BY {order_by}
+              FOR UPDATE SKIP LOCKED
+            LIMIT (SELECT n FROM share)) AS c
+     LIMIT (SELECT n FROM share)
 ), claimed AS (
     UPDATE {table} AS j
        SET status = 'running', {clear_unassignable}
@@ -41,7 +48,7 @@ WITH peers AS (
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.*
-)
+), {charge}
 SELECT * FROM claimed ORDER BY {order_by};
 
 -- name: start_batch_row

@@ -53,7 +53,8 @@ MAX_BATCH = 1000
 def claim_batch_query(table: JobTable, claim_order: str) -> sql.Composed:
     """`claim_batch`, ordered like the one-job claim (fixed fragments only; no model affinity: no gpu here)."""
     order = sql.SQL(", ").join([queries.PRIORITY_ORDER[claim_order], queries.CREATED_ORDER])
-    return sql.SQL(_BATCH["claim_batch"]).format(table=sql.Identifier(table), order_by=order, clear_unassignable=sqlfile.clear_unassignable(table))
+    return sql.SQL(_BATCH["claim_batch"]).format(table=sql.Identifier(table), order_by=order, clear_unassignable=sqlfile.clear_unassignable(table),
+                                                 **queries.fair_fragments(table, claim_order))
 
 
 class BatchWorker(ClaimWorker):
@@ -99,7 +100,8 @@ class BatchWorker(ClaimWorker):
 
     def _claim_statement_batch(self) -> jobstore.Statement:
         params = {"queue": self.queue, "worker_id": self.worker_id, "lock_key": self.session.lock_key or 0,
-                  "lease_seconds": self.settings.lease_seconds, "limit": self._limit()}
+                  "lease_seconds": self.settings.lease_seconds, "limit": self._limit(),
+                  "aging_seconds": self.settings.claim_aging_seconds}
         return claim_batch_query(self.table, self.settings.claim_order), params
 
     def _claim_batch(self, conn: Any) -> list[Job]:

@@ -1,0 +1,1 @@
+"""Weighted fair share across tenants: weights, shares and the claim's tenant order (docs/flow_control.md)."""
