@@ -56,7 +56,7 @@ COPY ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concur
 
 -- name: mark_completed
 UPDATE {table}
-   SET status = 'completed', {result_column} = %(result)s, error = NULL,
+   SET status = 'completed', {result_column} = %(result)s, error = NULL, {clear_unassignable}
        lease_expires_at = NULL, finished_at = now(), updated_at = now()
  WHERE id = %(job_id)s
    AND status NOT IN ('completed', 'failed', 'cancelled')
@@ -65,7 +65,7 @@ RETURNING *;
 
 -- name: mark_failed
 UPDATE {table}
-   SET status = 'failed', error = %(error)s,
+   SET status = 'failed', error = %(error)s, {clear_unassignable}
        lease_expires_at = NULL, finished_at = now(), updated_at = now()
  WHERE id = %(job_id)s
    AND status NOT IN ('completed', 'failed', 'cancelled')

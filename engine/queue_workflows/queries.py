@@ -67,5 +67,6 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
         routing = sql.SQL(_GPU["gpu_routing"])
     order.append(CREATED_ORDER)
     return sql.SQL(_WORKER["claim_job"]).format(
-        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing, **fair_fragments(table, claim_order)
+        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing,
+        clear_unassignable=sqlfile.clear_unassignable(table), **fair_fragments(table, claim_order),
     )

@@ -122,6 +122,8 @@ class Settings(BaseSettings):
     swap_throttle_percent: float = Field(default=70.0, gt=0, le=100)
     swap_resume_percent: float = Field(default=60.0, gt=0, le=100)
     memory_check_seconds: float = Field(default=5.0, gt=0)
+    # A gpu job's peak VRAM is sampled through the job this often (docs/gpu.md, "GPU memory by default").
+    gpu_vram_sample_seconds: float = Field(default=0.5, gt=0, le=60)
 
     schedule_timezone: str = Field(default="UTC", description="IANA zone the schedule's minutes and hours are read in")
     schedule_misfire_grace_seconds: float = Field(default=60.0, gt=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -9,9 +10,27 @@ from queue_workflows import model_registry
 
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Returns the model the worker loaded for this job (None for a job that names none), after `sleep` s."""
+    """Returns the model the worker loaded for this job (None for a job that names none), after `sleep` s.
+
+    With `vram_wave: [high, low]` (bytes) and a fake NVML (tests/support/fake_nvml), the job holds
+    `high` until the worker has sampled it twice (at most 10 s), then drops to `low` and returns.
+    """
     time.sleep(float(inputs.get("sleep", 0)))
+    if "vram_wave" in inputs:
+        _vram_wave(*inputs["vram_wave"])
     return {"model": model_registry.current()}
+
+
+def _vram_wave(high: int, low: int) -> None:
+    import pynvml  # the fake, on this worker's PYTHONPATH
+
+    path = os.environ["QW_FAKE_NVML"]
+    pynvml.set_process_memory(path, os.getpid(), high)
+    seen = pynvml.queries(path)
+    deadline = time.monotonic() + 10
+    while pynvml.queries(path) < seen + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pynvml.set_process_memory(path, os.getpid(), low)
 
 
 def _broken() -> Any:

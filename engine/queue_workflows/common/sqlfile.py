@@ -13,6 +13,14 @@ _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 JobTable = Literal["workflow_node_jobs", "ingest_jobs"]
 RESULT_COLUMN: dict[str, str] = {"workflow_node_jobs": "context_delta", "ingest_jobs": "result"}
+# `{clear_unassignable}`: a claim or a terminal mark clears the gpu sweep's "no live worker fits" flag,
+# which only node jobs carry (migration 0023); once a worker has taken the job, the flag is no longer true.
+CLEAR_UNASSIGNABLE: dict[str, str] = {"workflow_node_jobs": "unassignable_reason = NULL,", "ingest_jobs": ""}
+
+
+def clear_unassignable(table: str) -> sql.SQL:
+    """The `{clear_unassignable}` fragment for `table` (a fixed text; empty for a table without the flag)."""
+    return sql.SQL(CLEAR_UNASSIGNABLE.get(table, ""))
 
 
 class SqlFileError(ValueError):
@@ -54,7 +62,7 @@ class Queries:
         return list(self._statements)
 
     def sql(self, name: str, table: JobTable | str | None = None) -> sql.SQL | sql.Composed:
-        """The statement, with `{table}` (and, for a job table, `{result_column}`) bound to fixed identifiers."""
+        """The statement, with `{table}` (and, for a job table, `{result_column}` and `{clear_unassignable}`) bound to fixed text."""
         return _compose(self, name, table)
 
 
@@ -66,7 +74,8 @@ def _compose(queries: Queries, name: str, table: str | None) -> sql.SQL | sql.Co
     if not table.isidentifier():
         raise ValueError(f"not a table name: {table!r}")
     column = RESULT_COLUMN.get(table)
-    return text.format(table=sql.Identifier(table), result_column=sql.Identifier(column) if column else sql.SQL(""))
+    return text.format(table=sql.Identifier(table), result_column=sql.Identifier(column) if column else sql.SQL(""),
+                       clear_unassignable=clear_unassignable(table))
 
 
 @cache

@@ -2,17 +2,21 @@
 
 Hysteresis keeps it from flapping: it throttles above the high marks (RAM 90 %, GPU memory
 85 %, swap 70 % by default) and resumes only once every reading is below its low mark
-(80 %, 75 %, 60 %). Readings come from an injectable probe; psutil reads RAM and swap, and
-the GPU side plugs its own reader in with `set_memory_probe`.
+(80 %, 75 %, 60 %). Readings come from an injectable probe: by default psutil reads RAM and
+swap and, for a gpu worker, NVML or amdsmi reads GPU memory (the fullest device) where either
+works; a host may plug its own reader in with `set_memory_probe`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from queue_workflows.gpu.memory import gpu_memory
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +52,31 @@ def psutil_probe() -> MemoryReadings:
     return MemoryReadings(ram_percent=psutil.virtual_memory().percent, swap_percent=psutil.swap_memory().percent)
 
 
-_probe: Callable[[], MemoryReadings] = psutil_probe
+def gpu_probe() -> MemoryReadings:
+    """RAM and swap, plus GPU memory where NVML or amdsmi answers (None where neither does: no GPU, no library).
+
+    What this process holds is left out: a gpu worker whose own warm model fills its card would
+    otherwise throttle itself until the model's idle unload.
+    """
+    return replace(psutil_probe(), gpu_percent=gpu_memory.device_percent(besides=(os.getpid(),)))
 
 
-def set_memory_probe(probe: Callable[[], MemoryReadings]) -> None:
-    """Replace how this process reads memory (e.g. to add GPU memory); workers read it every few seconds."""
+_probe: Callable[[], MemoryReadings] | None = None  # None: the default for the worker's queue
+
+
+def set_memory_probe(probe: Callable[[], MemoryReadings] | None) -> None:
+    """Replace how this process reads memory (None: back to the default); workers read it every few seconds."""
     global _probe
-    if not callable(probe):
+    if probe is not None and not callable(probe):
         raise TypeError(f"set_memory_probe: {probe!r} is not callable")
     _probe = probe
 
 
-def current_probe() -> Callable[[], MemoryReadings]:
-    return _probe
+def current_probe(*, gpu: bool = False) -> Callable[[], MemoryReadings]:
+    """The host's probe if it set one; else RAM and swap, and GPU memory too for a gpu worker (`gpu`)."""
+    if _probe is not None:
+        return _probe
+    return gpu_probe if gpu else psutil_probe
 
 
 class Throttle:

@@ -109,7 +109,9 @@ ON CONFLICT (model_id) DO UPDATE SET est_vram_gb = EXCLUDED.est_vram_gb, updated
 
 -- name: flag_unassignable
 -- Queued gpu jobs whose model needs more VRAM than the largest live gpu worker has get a reason;
--- the reason goes when one that fits appears. Nothing is decided while no live worker reports VRAM.
+-- the reason goes when one that fits appears (or a worker claims the job: the claim clears it).
+-- Nothing is decided while no live worker reports VRAM. The status is checked again on the row
+-- updated, so a job claimed while this ran is not flagged after its claim cleared the flag.
 WITH largest AS (
     SELECT max(h.vram_total_gb) AS gb FROM worker_heartbeats h
      WHERE h.queue = 'gpu' AND h.vram_total_gb IS NOT NULL AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
@@ -123,5 +125,5 @@ WITH largest AS (
 )
 UPDATE workflow_node_jobs j SET unassignable_reason = v.reason
   FROM verdict v
- WHERE j.id = v.id AND j.unassignable_reason IS DISTINCT FROM v.reason
+ WHERE j.id = v.id AND j.status = 'queued' AND j.unassignable_reason IS DISTINCT FROM v.reason
 RETURNING j.id, j.required_model, j.unassignable_reason;

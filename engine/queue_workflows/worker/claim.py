@@ -86,7 +86,7 @@ class ClaimWorker:
         # A gpu worker picks jobs by the models it holds, so every idle one must see every job.
         # Each wait in line is one statement and one wake-up; a stop waits for it to end (at most a second).
         self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 1.0)) if self.gpu is None and self.settings.idle_baton else None
-        self.meter = UsageMeter(vram=self.gpu is not None)
+        self.meter = UsageMeter(vram=self.gpu is not None, sample_seconds=self.settings.gpu_vram_sample_seconds)
         self._usage: Usage | None = None
         if self.gpu is not None:
             self.beat.gpu_fields = self.gpu.heartbeat_fields

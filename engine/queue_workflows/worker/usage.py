@@ -1,24 +1,24 @@
 """Per-job resource accounting: what one job cost its process, recorded with its outcome.
 
 A worker runs one job at a time, so the process's CPU time across the job is the job's. RSS is
-the process's peak so far (`ru_maxrss`); VRAM is what NVML reports this process holding when the
-job ends (None where NVML or its per-process query is not available).
+the process's peak so far (`ru_maxrss`); VRAM is the highest that the process and its children
+held on any GPU while the job ran, sampled through the job (worker/vram_peak.py; None where
+neither NVML nor amdsmi can be asked and torch did not run on CUDA).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import resource
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from queue_workflows.common import sqlfile
+from queue_workflows.gpu.memory import GpuMemory, gpu_memory, import_amdsmi, import_nvml
 from queue_workflows.jobstore import Statement
 from queue_workflows.queries import JobTable
+from queue_workflows.worker.vram_peak import PeakSampler, is_own
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
@@ -44,66 +44,44 @@ def _cpu() -> float:
 
 
 class ProcessVram:
-    """VRAM this process holds on any NVIDIA GPU, per NVML; None when that cannot be asked.
+    """VRAM this process and its children hold on any GPU, per NVML (or amdsmi); None when that cannot be asked."""
 
-    NVML is initialised once per process, on the first ask, and kept: `nvmlInit` costs
-    milliseconds with a driver loaded, which per job would be more than a short job itself.
-    A process where it fails (no library, no driver) never tries again.
-    """
+    def __init__(self, import_nvml: Callable[[], Any] = import_nvml, import_amdsmi: Callable[[], Any] = import_amdsmi,
+                 *, memory: GpuMemory | None = None) -> None:
+        self.memory = memory if memory is not None else GpuMemory(import_nvml, import_amdsmi)
 
-    def __init__(self, import_nvml: Callable[[], Any] = lambda: importlib.import_module("pynvml")) -> None:
-        self._import_nvml = import_nvml
-        self._nvml: Any = None
-        self._tried = False
-        self._lock = threading.Lock()
-
-    def _library(self) -> Any:
-        with self._lock:
-            if not self._tried:
-                self._tried = True
-                try:
-                    nvml = self._import_nvml()
-                    nvml.nvmlInit()
-                    self._nvml = nvml
-                except Exception:  # noqa: BLE001 - no library, no driver: unknown for good
-                    self._nvml = None
-            return self._nvml
+    @property
+    def absent(self) -> bool:
+        """Neither NVML nor amdsmi started here: sampling would read nothing."""
+        return self.memory.absent
 
     def __call__(self) -> int | None:
-        nvml = self._library()
-        if nvml is None:
-            return None
-        try:
-            total, pid = 0, os.getpid()
-            for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if proc.pid == pid and proc.usedGpuMemory:
-                        total += int(proc.usedGpuMemory)
-            return total
-        except Exception:  # noqa: BLE001 - a device gone mid-query: unknown this time
-            return None
+        return self.memory.process_bytes(is_own)
 
 
-process_vram_bytes = ProcessVram()
+process_vram_bytes = ProcessVram(memory=gpu_memory)
 
 
 class UsageMeter:
-    def __init__(self, *, vram: bool = False, vram_probe: Callable[[], int | None] = process_vram_bytes) -> None:
+    def __init__(self, *, vram: bool = False, vram_probe: Callable[[], int | None] = process_vram_bytes,
+                 sample_seconds: float = 0.5) -> None:
         self.vram = vram
         self.vram_probe = vram_probe
+        self.sampler = PeakSampler(vram_probe, interval=sample_seconds)
         self._cpu0 = 0.0
         self._t0 = 0.0
 
     def start(self) -> None:
         self._cpu0, self._t0 = _cpu(), time.monotonic()
+        if self.vram:
+            self.sampler.start(sample=not getattr(self.vram_probe, "absent", False))
 
     def finish(self, *, load_seconds: float | None = None, hit: bool | None = None) -> Usage:
         return Usage(
             cpu_seconds=round(_cpu() - self._cpu0, 6),
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             wall_seconds=round(time.monotonic() - self._t0, 6),
-            peak_vram_bytes=self.vram_probe() if self.vram else None,
+            peak_vram_bytes=self.sampler.stop() if self.vram else None,
             model_load_seconds=load_seconds,
             model_hit=hit,
         )

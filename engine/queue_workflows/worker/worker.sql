@@ -10,10 +10,10 @@
 -- The flow_limits lines are the admission (docs/flow_control.md): on a queue with no limit each is
 -- one probe of an empty index, paid once per claim; otherwise a candidate's key must not be among
 -- the queue's full keys (qw_flow_blocked, computed once per claim) and the trigger qw_flow_admit
--- has the last word.
+-- has the last word. {clear_unassignable}: sqlfile.clear_unassignable (empty for ingest_jobs).
 WITH RECURSIVE {plan}{fair}, claimed AS (
 UPDATE {table} AS j
-   SET status = 'running',
+   SET status = 'running', {clear_unassignable}
        claimed_by = %(worker_id)s,
        claim_lock_key = %(lock_key)s,
        attempts = j.attempts + 1,

@@ -38,7 +38,7 @@ WITH RECURSIVE {fair}, peers AS (
      LIMIT (SELECT n FROM share)
 ), claimed AS (
     UPDATE {table} AS j
-       SET status = 'running',
+       SET status = 'running', {clear_unassignable}
            claimed_by = %(worker_id)s,
            claim_lock_key = %(lock_key)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),

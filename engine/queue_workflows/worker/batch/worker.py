@@ -53,7 +53,8 @@ MAX_BATCH = 1000
 def claim_batch_query(table: JobTable, claim_order: str) -> sql.Composed:
     """`claim_batch`, ordered like the one-job claim (fixed fragments only; no model affinity: no gpu here)."""
     order = sql.SQL(", ").join([queries.PRIORITY_ORDER[claim_order], queries.CREATED_ORDER])
-    return sql.SQL(_BATCH["claim_batch"]).format(table=sql.Identifier(table), order_by=order, **queries.fair_fragments(table, claim_order))
+    return sql.SQL(_BATCH["claim_batch"]).format(table=sql.Identifier(table), order_by=order, clear_unassignable=sqlfile.clear_unassignable(table),
+                                                 **queries.fair_fragments(table, claim_order))
 
 
 class BatchWorker(ClaimWorker):

@@ -1,0 +1,130 @@
+"""A job's peak VRAM: sampled on a thread through the job, and torch's own peak where torch runs on CUDA.
+
+A reading at the job's end sees what the job still holds, not what it needed: a job that
+allocates 20 GB, frees it and returns reads as 0. The sampler reads the worker process's (and
+its children's) GPU memory every `interval` seconds from the job's start to its end and keeps
+the highest; where the job used torch on CUDA, torch's peak allocation since the job started
+counts too (it sees allocations too short for any sampler, but not the CUDA context's own
+memory, which NVML counts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Probe = Callable[[], "int | None"]
+
+
+def is_own(pid: int, *, depth: int = 32) -> bool:
+    """This process, or one it started (a job's subprocesses hold VRAM of their own): walks `pid`'s parents.
+
+    Asked only for the few pids the GPU lists, so it stays cheap where listing this process's
+    children would scan every process on the host. A pid from another PID namespace (NVML in a
+    container reports the host's) or one that ended mid-walk is not ours.
+    """
+    me = os.getpid()
+    try:
+        import psutil
+
+        for _ in range(depth):
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+            pid = psutil.Process(pid).ppid()
+    except Exception as exc:  # noqa: BLE001 - gone, or not ours to read
+        log.debug("could not read process %s: %s", pid, exc)
+    return False
+
+
+def _cuda_torch() -> Any:
+    """torch, when the job's code imported it and it has a CUDA context (never created here)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    except Exception:  # noqa: BLE001 - a torch without CUDA support
+        return None
+
+
+def torch_reset_peak() -> None:
+    torch = _cuda_torch()
+    if torch is None:
+        return
+    try:
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(device)
+    except Exception as exc:  # noqa: BLE001 - best effort
+        log.debug("torch.cuda.reset_peak_memory_stats failed: %s", exc)
+
+
+def torch_peak_bytes() -> int | None:
+    """torch's peak allocation since the last reset, summed over its devices; None without torch on CUDA."""
+    torch = _cuda_torch()
+    if torch is None:
+        return None
+    try:
+        return sum(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))
+    except Exception as exc:  # noqa: BLE001 - best effort
+        log.debug("torch.cuda.max_memory_allocated failed: %s", exc)
+        return None
+
+
+class _Run:
+    """One job's readings: a sampler thread abandoned while stuck writes only to its own job's."""
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def seen(self, value: int | None) -> None:
+        if value is not None:
+            with self.lock:
+                self.peak = value if self.peak is None else max(self.peak, value)
+
+
+class PeakSampler:
+    """`start()` when the job starts, `stop()` when it ends: the highest reading in between (None: none read)."""
+
+    def __init__(self, probe: Probe, *, interval: float, join_seconds: float = 3.0,
+                 torch_reset: Callable[[], None] = torch_reset_peak, torch_peak: Probe = torch_peak_bytes) -> None:
+        self.probe = probe
+        self.interval = interval
+        self.join_seconds = join_seconds  # a probe stuck past its own deadline is not waited for
+        self.torch_reset = torch_reset
+        self.torch_peak = torch_peak
+        self._run: _Run | None = None
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, run: _Run) -> None:
+        while True:
+            run.seen(self.probe())
+            if run.stop.is_set() or run.stop.wait(self.interval):
+                run.seen(self.probe())  # the job's end: what it still holds counts too
+                return
+
+    def start(self, *, sample: bool = True) -> None:
+        """Begin a job; `sample=False` where the probe is known to read nothing (torch's peak still counts)."""
+        self.torch_reset()
+        self._run = run = _Run()
+        if sample:
+            self._thread = threading.Thread(target=self._sample, args=(run,), name="vram-peak", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> int | None:
+        run, thread, self._run, self._thread = self._run, self._thread, None, None
+        if run is None:
+            return None
+        run.stop.set()
+        if thread is not None:
+            thread.join(self.join_seconds)
+        run.seen(self.torch_peak())
+        with run.lock:
+            return run.peak
