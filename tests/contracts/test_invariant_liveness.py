@@ -274,8 +274,9 @@ def test_a_cancel_heard_before_the_job_starts_still_stops_it_at_once(database_ur
     def started_after_a_cancel(*args, **kwargs):
         admin.cancel_job(f"ingest:{job['id']}")
         cancelled_at = conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
-        wait_until(lambda: conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s",
-                                        (cancelled_at, worker.worker_id)).fetchone()["beat"],
+        # The claim may beat the worker's first heartbeat: no row yet is no beat yet.
+        wait_until(lambda: (row := conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s",
+                                                (cancelled_at, worker.worker_id)).fetchone()) is not None and row["beat"],
                    timeout=10, what="a heartbeat after the cancel: the beat has read its notice")
         return real_started(*args, **kwargs)
 
