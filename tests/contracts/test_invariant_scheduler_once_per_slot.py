@@ -31,11 +31,11 @@ def test_two_replicas_enqueue_each_slot_once_through_a_kill_9(database_url, proc
     a, b = procs.scheduler(env), procs.scheduler(env)
     for p in (a, b):
         wait_for_log(p, "scheduler running", timeout=30)
-    first = wait_slots(database_url, "each-minute", 4, timeout=60)
+    first = wait_slots(database_url, "each-minute", 3, timeout=60)
     a.send_signal(signal.SIGKILL)
     assert a.wait(timeout=10) == -signal.SIGKILL
     killed_at = first[-1]["slot_time"]
-    wait_slots(database_url, "each-minute", len(first) + 4, timeout=60)
+    wait_slots(database_url, "each-minute", len(first) + 3, timeout=60)
     b.send_signal(signal.SIGTERM)
     assert wait_exit(b, 10, procs) == 0, procs.logs()
 
