@@ -83,16 +83,17 @@ class Racer:
 
 
 @pytest.mark.multiprocess
-def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url: str, procs: Procs) -> None:
+@pytest.mark.parametrize(("seconds", "most_stops"), [pytest.param(5, 12, id="short"), pytest.param(12, 24, id="soak", marks=pytest.mark.soak)])
+def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url: str, procs: Procs, seconds: float, most_stops: int) -> None:
     jobs = node_queue.enqueue_ingest_jobs(
         {"task_name": "tick", "queue": "fetch", "args": {"token": f"t{n}"}, "max_attempts": 1} for n in range(400)
     )
     racers = [Racer(database_url, procs, f"racer-{n}") for n in range(3)]
     stops: list[int] = []
     leaks: list[dict] = []
-    deadline = time.monotonic() + 12
+    deadline = time.monotonic() + seconds
     # Past the deadline only to reach the minimum of 6 stops, on a machine too busy to race fast.
-    while len(stops) < 24 and (time.monotonic() < deadline or (len(stops) < 6 and time.monotonic() < deadline + 48)):
+    while len(stops) < most_stops and (time.monotonic() < deadline or (len(stops) < 6 and time.monotonic() < deadline + 48)):
         for racer in racers:
             racer.step(stops, leaks)
         time.sleep(0.005)
@@ -101,7 +102,7 @@ def test_a_hard_off_racing_the_commit_never_fails_or_charges_a_job(database_url:
             racer.worker.terminate()
             assert wait_exit(racer.worker, 15, procs) in (0, 79, -15)  # -15: still starting
             leaks.extend(_left_running_by(database_url, racer.worker.pid))
-    print(f"{_counts(database_url)} after {len(stops)} hard stops in {time.monotonic() - deadline + 12:.1f}s; {len(leaks)} job(s) left running by a stopped worker")
+    print(f"{_counts(database_url)} after {len(stops)} hard stops in {time.monotonic() - deadline + seconds:.1f}s; {len(leaks)} job(s) left running by a stopped worker")
 
     reclaim.reclaim_orphans(confirm_seconds=0.2)  # the orchestrator's sweep: what a dead worker left running
     _set_control(database_url, "finisher", "on")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -56,9 +57,13 @@ def _executions(url: str, token: str) -> list[int]:
     return [r["worker_pid"] for r in query(url, "SELECT worker_pid FROM test_executions WHERE token = %s ORDER BY id", (token,))]
 
 
-def _start_long_job(url: str, procs: Procs, token: str, seconds: float) -> dict:
+def _start_long_job(url: str, procs: Procs, token: str, seconds: float = 0, until_file: Path | None = None) -> dict:
+    """Enqueue a job whose body runs `seconds`, or until the file `until_file` exists, and wait until it runs."""
+    args: dict[str, object] = {"token": token, "sleep": seconds}
+    if until_file is not None:
+        args["first_run_wait_file"] = str(until_file)
     with db.connect(url=url) as conn, conn.transaction():  # not the pool: a private server may go away
-        job_id = node_queue.enqueue_ingest_job("record", "fetch", {"token": token, "sleep": seconds}, conn=conn)["id"]
+        job_id = node_queue.enqueue_ingest_job("record", "fetch", args, conn=conn)["id"]
 
     def body_running() -> dict | None:
         job = _job(url, job_id)
@@ -81,15 +86,15 @@ def _wait_two_holders(url: str, key: int, procs: Procs, *, besides: set[int], ti
 
 
 
-def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_twice(database_url: str, procs: Procs) -> None:
+def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_twice(database_url: str, procs: Procs, tmp_path: Path) -> None:
     env = service_env(database_url, QW_LEASE_SECONDS="120", QW_LEASE_RENEW_SECONDS="40")
     orchestrator = procs.orchestrator(env)
     busy, spare = procs.worker(env, "fetch"), procs.worker(env, "fetch")  # `spare` would take a reclaimed job
     wait_workers_ready(database_url, [busy, spare])
     wait_for_log(orchestrator, "orchestrator running", timeout=30)
 
-    token = "terminate-in-turn"
-    job = _start_long_job(database_url, procs, token, seconds=12)
+    token, release = "terminate-in-turn", tmp_path / "release"
+    job = _start_long_job(database_url, procs, token, until_file=release)  # busy until every backend was cut off
     owner = busy if str(busy.pid) in job["claimed_by"] else spare
     key = job["claim_lock_key"]
     holders = _holders(database_url, key)
@@ -107,6 +112,7 @@ def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_tw
     print(f"lock restored after terminating one backend: {', '.join(f'{t:.3f}s' for t in restore_times)}")
     assert max(restore_times) < 1.5, restore_times
 
+    release.touch()
     done = wait_until(lambda: (j := _job(database_url, job["id"]))["status"] == "completed" and j, timeout=30, what=f"job done\n{procs.logs()}")
     assert done["attempts"] == 1 and done["claimed_by"] == job["claimed_by"], (done, procs.logs())
     assert _executions(database_url, token) == [owner.pid], "the job ran exactly once, on its first worker"
@@ -268,8 +274,9 @@ def test_a_cancel_heard_before_the_job_starts_still_stops_it_at_once(database_ur
     def started_after_a_cancel(*args, **kwargs):
         admin.cancel_job(f"ingest:{job['id']}")
         cancelled_at = conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
-        wait_until(lambda: conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s",
-                                        (cancelled_at, worker.worker_id)).fetchone()["beat"],
+        # The claim may beat the worker's first heartbeat: no row yet is no beat yet.
+        wait_until(lambda: (row := conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s",
+                                                (cancelled_at, worker.worker_id)).fetchone()) is not None and row["beat"],
                    timeout=10, what="a heartbeat after the cancel: the beat has read its notice")
         return real_started(*args, **kwargs)
 

@@ -51,7 +51,7 @@ class TlsPostgres:
         self.home.mkdir()
         shutil.chown(self.home, self.user)
         self.pgdata, self.sock, self.port = self.home / "data", self.home, _free_port()
-        subprocess.run([str(_pg_bin("initdb")), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        subprocess.run([str(_pg_bin("initdb")), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
                        check=True, capture_output=True, timeout=60, user=self.user)
         for name in ("server.crt", "server.key"):  # Postgres wants a key of its own user's to be 0600
             shutil.copy(self.certs / "tls" / name, self.pgdata / name)
@@ -59,7 +59,8 @@ class TlsPostgres:
             os.chmod(self.pgdata / name, 0o600)
         with open(self.pgdata / "postgresql.conf", "a") as conf:
             conf.write(f"ssl = on\nssl_cert_file = '{self.pgdata / 'server.crt'}'\nssl_key_file = '{self.pgdata / 'server.key'}'\n"
-                       f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.sock}'\n")
+                       f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.sock}'\n"
+                       "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")  # a throwaway server, as conftest's
         self.pg_ctl("-w", "-l", str(self.home / "log"), "start")
         self.admin = f"postgresql://postgres@/postgres?host={self.sock}&port={self.port}"
         with psycopg.connect(self.admin, autocommit=True) as conn:

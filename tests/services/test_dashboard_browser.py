@@ -138,6 +138,10 @@ def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_
         wait_for_log(orchestrator, "orchestrator running", timeout=30)
         run_id = queue_workflows.start_run(approval(), {})
         complete(database_url, conn, run_id, "draft", {"echo": {"v": 1}})
+        # The leader's drain may take the completion from the test's and dispatch 'ask' later; no
+        # NOTIFY follows that step, so the page is opened once the row says it happened.
+        wait_until(lambda: query(database_url, "SELECT status FROM workflow_node_jobs WHERE run_id = %s AND node_name = 'ask'", (run_id,))
+                   == [{"status": "awaiting_input"}], timeout=15, what=f"'ask' awaiting input\n{procs.logs()}")
         page.goto(f"{base}/runs/{run_id}")
         for node, status in (("draft", "completed"), ("ask", "awaiting_input"), ("publish", "pending")):
             page.locator(f'svg.dag g[data-node="{node}"][data-status="{status}"]').wait_for(timeout=15_000)

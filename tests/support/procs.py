@@ -154,11 +154,21 @@ def wait_workers_ready(url: str, workers: list[subprocess.Popen[bytes]], *, time
     return wait_until(ready, timeout=timeout, interval=0.1, what=f"workers {sorted(wanted)} to be ready")
 
 
+# A throwaway server need not survive a power cut (conftest's FAST_SERVER_SETTINGS): written by
+# initdb, so its migrations and the stops and starts of the tests run without a flush to disk.
+PRIVATE_INITDB_ARGS = ["--no-sync", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+
+
 class PrivatePostgres:
     def __init__(self, pgdata: Path) -> None:
-        import pgserver
+        from unittest import mock
 
-        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        import pgserver
+        from pgserver import postgres_server
+
+        initdb = postgres_server.initdb
+        with mock.patch.object(postgres_server, "initdb", lambda args, **kw: initdb([*PRIVATE_INITDB_ARGS, *args], **kw)):
+            self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
         info = self.server.get_postmaster_info()
         self.socket_dir = info.socket_dir
         self.admin_url = self.server.get_uri()
