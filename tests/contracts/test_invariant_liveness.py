@@ -271,13 +271,17 @@ def test_a_cancel_heard_before_the_job_starts_still_stops_it_at_once(database_ur
     worker.beat.exit_fn = lambda code, reason: exits.append((time.monotonic(), code))
     real_started = worker.beat.job_started
 
+    def beat_since(moment) -> bool:
+        row = conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s", (moment, worker.worker_id)).fetchone()
+        return row is not None and row["beat"]
+
     def started_after_a_cancel(*args, **kwargs):
+        # The claim may come before the beat's first heartbeat, and so before it LISTENs: a notice
+        # sent then is lost (the renewal would catch it, 30 s on), which is not what this test is about.
+        wait_until(lambda: beat_since("-infinity"), timeout=10, what="the beat's first heartbeat: it is listening")
         admin.cancel_job(f"ingest:{job['id']}")
         cancelled_at = conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
-        # The claim may beat the worker's first heartbeat: no row yet is no beat yet.
-        wait_until(lambda: (row := conn.execute("SELECT last_seen > %s AS beat FROM worker_heartbeats WHERE worker_id = %s",
-                                                (cancelled_at, worker.worker_id)).fetchone()) is not None and row["beat"],
-                   timeout=10, what="a heartbeat after the cancel: the beat has read its notice")
+        wait_until(lambda: beat_since(cancelled_at), timeout=10, what="a heartbeat after the cancel: the beat has read its notice")
         return real_started(*args, **kwargs)
 
     monkeypatch.setattr(worker.beat, "job_started", started_after_a_cancel)
