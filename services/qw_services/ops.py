@@ -277,11 +277,12 @@ def events_table(events: list[dict[str, Any]]) -> Table:
 
 
 def runs_table(rows: list[dict[str, Any]]) -> Table:
-    table = _table("run", "workflow", "status", "done", "active", "failed", "created", "error")
+    table = _table("run", "workflow", "status", "done", "active", "failed", "parent", "created", "error")
     for r in rows:
         error = (r["error"] or "").strip().splitlines()[-1:] or [""]
+        parent = f"run:{r['parent_run_id']} {r['parent_node']}" if r["parent_run_id"] is not None else "-"
         table.add_row(str(r["id"]), r["workflow_name"], r["status"], f"{r['completed']}/{r['nodes_total']}", str(r["active"]),
-                      str(r["failed"]), _when(r["created_at"]), error[0][:80])
+                      str(r["failed"]), parent, _when(r["created_at"]), error[0][:80])
     return table
 
 

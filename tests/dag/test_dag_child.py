@@ -9,6 +9,7 @@ from psycopg.rows import dict_row
 
 import queue_workflows
 from queue_workflows import node_queue
+from queue_workflows.ops import admin
 from queue_workflows.dag import Workflow, WorkflowValidationError, run_cancelled, set_workflow_provider
 from queue_workflows.dag.outbox import DispatchDrain
 
@@ -69,6 +70,20 @@ def test_a_child_run_starts_with_the_nodes_inputs_and_its_output_feeds_the_depen
     assert node_row(database_url, run_id, "use")["inputs"] == {"got": 42}
     complete(database_url, conn, run_id, "use", {"ok": True})
     assert queue_workflows.run_status(run_id)["status"] == "completed"
+    listed = {r["id"]: r for r in admin.list_runs()}
+    assert (listed[child]["parent_run_id"], listed[child]["parent_node"], listed[run_id]["parent_run_id"]) == (run_id, "sub", None)
+    shown = [line for line in _runs_text() if line.split()[:1] == [str(child)]]
+    assert len(shown) == 1 and f"run:{run_id} sub" in shown[0], shown
+
+
+def _runs_text() -> list[str]:
+    from rich.console import Console
+
+    from qw_services.ops import runs_table
+
+    console = Console(width=200, record=True)
+    console.print(runs_table(admin.list_runs()))
+    return console.export_text().splitlines()
 
 
 def test_a_failed_child_fails_its_node_and_the_parent_with_the_childs_error(database_url, conn):

@@ -51,7 +51,7 @@ RETURNING *;
 SELECT id, status FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
 
 -- name: list_runs
-SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error,
+SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error, r.parent_run_id, r.parent_node, r.tenant,
        count(n.id) FILTER (WHERE n.status = 'completed') AS completed,
        count(n.id) FILTER (WHERE n.status IN ('queued', 'scheduled', 'running', 'awaiting_input', 'waiting')) AS active,
        count(n.id) FILTER (WHERE n.status = 'failed') AS failed,
