@@ -9,9 +9,9 @@ from psycopg.rows import dict_row
 
 import queue_workflows
 from queue_workflows import node_queue
-from queue_workflows.ops import admin
 from queue_workflows.dag import Workflow, WorkflowValidationError, run_cancelled, set_workflow_provider
 from queue_workflows.dag.outbox import DispatchDrain
+from queue_workflows.ops import admin
 
 N = "qw_dag_nodes"
 
