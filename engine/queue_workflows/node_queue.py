@@ -209,9 +209,12 @@ def enqueue_node_job(
     concurrency_key: str | None = None,
     check_callable: bool = True,
     tenant: str = DEFAULT_TENANT,
+    vram_gb: float | None = None,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
+
+    `vram_gb`: GPU memory the job needs beyond its model's (docs/gpu.md, "Several jobs per GPU").
 
     `tenant` is the job's (docs/flow_control.md); a job with a `run_id` takes its run's instead.
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
@@ -241,6 +244,7 @@ def enqueue_node_job(
         "retry_policy": _checked_policy(retry_policy),
         "concurrency_key": check_concurrency_key(concurrency_key),
         "tenant": check_tenant(tenant),
+        "vram_gb": _check_vram_gb(vram_gb),
     }
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing
     if check_callable:
@@ -249,6 +253,14 @@ def enqueue_node_job(
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
     return row
+
+
+def _check_vram_gb(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100_000:
+        raise InvalidPayloadError(f"vram_gb must be a number of GB from 0 to 100000, not {shown(value)}")
+    return float(value)
 
 
 def _checked_policy(policy: Any) -> Jsonb | None:
@@ -280,7 +292,7 @@ def table_for(queue: object) -> JobTable:
 
 def claim_statement(
     table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None, loaded_models: Sequence[str] = (),
-    vram_available_gb: float | None = None,
+    vram_available_gb: float | None = None, gpu_devices: Mapping[str, Any] | None = None,
 ) -> jobstore.Statement:
     """The claim for `queue` in `table` under this host's settings; gpu claims prefer jobs for `current_model`."""
     if table == NODE_TABLE:
@@ -300,6 +312,7 @@ def claim_statement(
         vram_available_gb=vram_available_gb,
         second_copy_backlog=settings.gpu_second_copy_backlog,
         aging_seconds=settings.claim_aging_seconds,
+        gpu_devices=gpu_devices,
     )
 
 

@@ -219,7 +219,8 @@ class ClaimWorker:
         if self.gpu is None:
             return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
         return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model,
-                                           loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
+                                           loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb(),
+                                           gpu_devices=self.gpu.claim_devices())
 
     def _claim_once(self, conn: Any) -> Job | None:
         statements = self._claim_statements()

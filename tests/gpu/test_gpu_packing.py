@@ -1,0 +1,234 @@
+"""Several jobs per GPU: a gpu claim admits a job by VRAM on one of its worker's devices and reserves
+it on the running row, so whatever takes the row out of `running` frees the reservation."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+from procs import Procs, log_text, query, wait_until
+from test_gpu_memory import fake_nvml, gpu_worker_env, one_device, status_of
+
+from queue_workflows import jobstore, node_queue
+from queue_workflows.gpu.devices import Device, claim_params
+from queue_workflows.jobrow import NodeJob
+
+A = Device("GPU-a", 24.0, 24.0)
+
+
+def models(conn, **gb: float) -> None:
+    for model_id, est in gb.items():
+        conn.execute("INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%s, %s)", (model_id, est))
+
+
+def enqueue(model: str | None, *, vram_gb: float | None = None) -> int:
+    return node_queue.enqueue_node_job("job", "gpu", node_module="qw_test_nodes", required_model=model, vram_gb=vram_gb)["id"]
+
+
+def claim(conn, *devices: Device, margin: float = 1.0, worker: str = "w1") -> dict | None:
+    """One routed claim in its own transaction, turn first (serialize_gpu_claims), as a gpu worker makes it."""
+    statements = node_queue.claim_statements("workflow_node_jobs", "gpu", jobstore.Claimant(worker, 1),
+                                             gpu_devices=claim_params(devices, margin_gb=margin))
+    with conn.transaction():
+        for statement in statements[:-1]:
+            conn.execute(*statement)
+        return conn.execute(*statements[-1]).fetchone()
+
+
+def reserved(conn, job_id: int) -> tuple[str | None, float | None]:
+    row = conn.execute("SELECT gpu_device, vram_reserved_gb FROM workflow_node_jobs WHERE id = %s", (job_id,)).fetchone()
+    return row["gpu_device"], row["vram_reserved_gb"]
+
+
+# Admission ---------------------------------------------------------------------------------
+
+
+def test_a_job_is_admitted_while_its_need_fits_the_devices_room(conn):
+    models(conn, m8=8, m12=12)
+    first, second, third = enqueue("m8"), enqueue("m8", vram_gb=2), enqueue("m12")
+    assert claim(conn, A, worker="w1")["id"] == first
+    assert reserved(conn, first) == ("GPU-a", 8.0)
+    assert claim(conn, A, worker="w2")["id"] == second
+    assert reserved(conn, second) == ("GPU-a", 10.0)  # its model's 8 GB and its own 2
+    assert claim(conn, A, worker="w3") is None, "18 GB reserved + 12 > 24 - 1"
+    assert query_status(conn, third) == "queued"
+
+
+def test_the_margin_is_left_unreserved(conn):
+    models(conn, m8=8)
+    jobs = [enqueue("m8") for _ in range(3)]
+    assert claim(conn, A)["id"] == jobs[0] and claim(conn, A)["id"] == jobs[1]
+    assert claim(conn, A, margin=1.0) is None, "16 + 8 = 24 leaves no 1 GB margin"
+    assert claim(conn, A, margin=0.0)["id"] == jobs[2]
+
+
+def test_what_nvml_says_is_free_bounds_the_claim_too(conn):
+    models(conn, m8=8)
+    job = enqueue("m8")
+    busy = Device("GPU-a", 24.0, 7.5)  # nothing reserved, but a foreign process holds 16.5 GB
+    assert claim(conn, busy) is None
+    assert claim(conn, Device("GPU-a", 24.0, 8.0))["id"] == job
+
+
+def test_the_best_fitting_device_is_reserved_on(conn):
+    models(conn, m8=8, m4=4)
+    roomy, snug = Device("GPU-roomy", 24.0, 24.0), Device("GPU-snug", 10.0, 10.0)
+    big, small = enqueue("m8"), enqueue("m4")
+    assert claim(conn, roomy, snug)["id"] == big
+    assert reserved(conn, big) == ("GPU-snug", 8.0)  # 9 GB of room there, 23 on the other: the snug one
+    assert claim(conn, roomy, snug)["id"] == small
+    assert reserved(conn, small) == ("GPU-roomy", 4.0)  # 1 GB left on the snug one
+
+
+def test_an_unknown_need_runs_alone_on_its_device(conn):
+    models(conn, m4=4)
+    unknown = enqueue("never-registered")
+    known = enqueue("m4")
+    assert claim(conn, A)["id"] == unknown
+    assert reserved(conn, unknown) == ("GPU-a", 24.0)  # the whole device
+    assert claim(conn, A) is None
+    jobstore.mark("workflow_node_jobs", "completed", unknown, worker_id="w1", conn=conn)
+    assert claim(conn, A)["id"] == known
+    assert claim(conn, Device("GPU-a", 24.0, 24.0)) is None  # and an unknown one waits for a device with nothing on it
+
+
+def test_a_worker_naming_no_device_claims_as_before(conn):
+    models(conn, m30=30)
+    job = enqueue("m30")
+    assert claim(conn)["id"] == job
+    assert reserved(conn, job) == (None, None)
+
+
+def test_a_vram_gb_that_is_not_a_size_is_refused_and_nothing_written(conn):
+    before = conn.execute("SELECT count(*) AS n FROM workflow_node_jobs").fetchone()["n"]
+    for bad in (-1, float("nan"), "8", True):
+        with pytest.raises(node_queue.InvalidPayloadError, match="vram_gb must be a number of GB"):
+            enqueue("m8", vram_gb=bad)
+    assert conn.execute("SELECT count(*) AS n FROM workflow_node_jobs").fetchone()["n"] == before
+
+
+def test_the_row_carries_its_reservation(conn):
+    models(conn, m8=8)
+    enqueue("m8", vram_gb=1.5)
+    job = NodeJob.from_row(claim(conn, A))
+    assert (job.vram_gb, job.gpu_device, job.vram_reserved_gb) == (1.5, "GPU-a", 9.5)
+
+
+def query_status(conn, job_id: int) -> str:
+    return conn.execute("SELECT status FROM workflow_node_jobs WHERE id = %s", (job_id,)).fetchone()["status"]
+
+
+# Release: every way out of `running` --------------------------------------------------------
+
+
+@pytest.mark.parametrize("way", ["completed", "failed", "retried", "released"])
+def test_leaving_running_frees_the_reservation(conn, way):
+    models(conn, m12=12)
+    first, second = enqueue("m12"), enqueue("m12")
+    assert claim(conn, A, worker="w1")["id"] == first
+    assert claim(conn, A, worker="w2") is None
+    if way in ("completed", "failed"):
+        assert jobstore.mark("workflow_node_jobs", way, first, worker_id="w1", conn=conn) is not None
+    elif way == "retried":
+        assert jobstore.fetch_one(conn, jobstore.retry_statement("workflow_node_jobs", first, "w1", error="x", delay_seconds=60)) is not None
+    else:
+        assert jobstore.release(conn, "workflow_node_jobs", [first], "w1") == {first}
+    assert claim(conn, A, worker="w2")["id"] == (first if way == "released" else second)  # a released job is the older one queued
+
+
+# Concurrent claimers ------------------------------------------------------------------------
+
+
+def test_concurrent_claims_never_overbook_a_device(conn, database_url):
+    """The second claimer waits for the first's turn; its sum then sees the first's reservation."""
+    models(conn, a12=12, b12=12)
+    enqueue("a12")
+    enqueue("b12")
+    first = psycopg.connect(database_url, autocommit=True, row_factory=psycopg.rows.dict_row)
+    second = psycopg.connect(database_url, autocommit=True, row_factory=psycopg.rows.dict_row)
+    try:
+        second_pid = second.info.backend_pid
+        with first.transaction():
+            statements = node_queue.claim_statements("workflow_node_jobs", "gpu", jobstore.Claimant("w1", 1),
+                                                     gpu_devices=claim_params([A], margin_gb=1.0))
+            for statement in statements[:-1]:
+                first.execute(*statement)
+            assert first.execute(*statements[-1]).fetchone() is not None
+            result: dict = {}
+            racer = threading.Thread(target=lambda: result.update(row=claim(second, A, worker="w2")), daemon=True)
+            racer.start()
+            wait_until(lambda: conn.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s AND datname = current_database()",
+                (second_pid,)).fetchone()["wait_event_type"] == "Lock", timeout=10, what="the second claim to wait its turn")
+        racer.join(10)
+        assert not racer.is_alive()
+        assert result["row"] is None, "12 GB reserved + 12 > 24 - 1"
+        total = conn.execute("SELECT sum(vram_reserved_gb) AS gb FROM workflow_node_jobs WHERE status = 'running' AND gpu_device = 'GPU-a'").fetchone()
+        assert total["gb"] == 12.0
+    finally:
+        first.close()
+        second.close()
+
+
+# Real gpu worker processes over one fake device ---------------------------------------------
+
+
+def spans_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def most_at_once(spans: list[dict]) -> float:
+    """The most GB the spans held at any one instant."""
+    edges = sorted([(s["start"], s["gb"]) for s in spans] + [(s["end"], -s["gb"]) for s in spans], key=lambda e: (e[0], e[1]))
+    held = peak = 0.0
+    for _, change in edges:
+        held += change
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.multiprocess
+def test_gpu_workers_share_one_device_and_never_hold_more_than_it_has(database_url: str, procs: Procs, tmp_path: Path) -> None:
+    state = one_device(tmp_path / "nvml.json", used_gb=0.0)
+    spans = tmp_path / "spans.jsonl"
+    env = gpu_worker_env(database_url, state, QW_POLL_SECONDS="0.2")
+    jobs = [node_queue.enqueue_node_job(f"hold-{m}", "gpu", node_module="qw_gpu_nodes", required_model=m,
+                                        inputs={"hold_gb": 8, "seconds": 1.5, "spans": str(spans)})["id"] for m in ("a8", "b8", "c8")]
+    workers = [procs.worker(env, "gpu") for _ in range(3)]
+    wait_until(lambda: all(status_of(database_url, j) == "completed" for j in jobs), timeout=60, what="the three jobs to run")
+    held = spans_of(spans)
+    assert len(held) == 3
+    assert most_at_once(held) == 16, "two 8 GB jobs share the 24 GB device; a third would leave no 1 GB margin"
+    rows = query(database_url, "SELECT gpu_device, vram_reserved_gb FROM workflow_node_jobs WHERE id = ANY(%s)", (jobs,))
+    assert {(r["gpu_device"], r["vram_reserved_gb"]) for r in rows} == {("GPU-fake-0", 8.0)}
+    beats = query(database_url, "SELECT gpu_devices FROM worker_heartbeats WHERE pid = %s", (workers[0].pid,))
+    assert beats and beats[0]["gpu_devices"][0]["uuid"] == "GPU-fake-0" and beats[0]["gpu_devices"][0]["total_gb"] == 24
+    assert all("Traceback" not in log_text(w) for w in workers)
+
+
+@pytest.mark.multiprocess
+def test_a_killed_workers_reservation_holds_until_reclaim_then_frees(database_url: str, procs: Procs, tmp_path: Path) -> None:
+    state = one_device(tmp_path / "nvml.json", used_gb=0.0)
+    env = gpu_worker_env(database_url, state, QW_POLL_SECONDS="0.2")
+    victim = procs.worker(env, "gpu")
+    doomed = node_queue.enqueue_node_job("hold", "gpu", node_module="qw_gpu_nodes", required_model="a12", inputs={"hold_gb": 12, "seconds": 60, "until": str(tmp_path / "go")})["id"]
+    wait_until(lambda: query(database_url, "SELECT gpu_device FROM workflow_node_jobs WHERE id = %s AND status = 'running'", (doomed,)),
+               timeout=30, what="the first worker to claim its job")
+    waiting = node_queue.enqueue_node_job("other", "gpu", node_module="qw_gpu_nodes", required_model="b12", inputs={"hold_gb": 12})["id"]
+    survivor = procs.worker(env, "gpu")
+    wait_until(lambda: query(database_url, "SELECT 1 FROM worker_heartbeats WHERE pid = %s AND state = 'idle'", (survivor.pid,)),
+               timeout=30, what="the second worker to go idle")
+    assert status_of(database_url, waiting) == "queued", "12 GB reserved + 12 > 24 - 1"
+    victim.kill()
+    victim.wait()
+    fake_nvml.set_process_memory(state, victim.pid, 0)  # NVML drops a dead process's memory
+    (tmp_path / "go").touch()  # the job's second run returns at once
+    procs.orchestrator(env)  # its sweep reclaims the dead worker's row: the one way out of running
+    wait_until(lambda: status_of(database_url, waiting) == status_of(database_url, doomed) == "completed", timeout=60,
+               what="both jobs to run on the survivor once the dead worker's reservation went")
+    rows = query(database_url, "SELECT claimed_by FROM workflow_node_jobs WHERE id = ANY(%s)", ([doomed, waiting],))
+    assert all(f":{survivor.pid}:" in r["claimed_by"] for r in rows), rows
+    assert "Traceback" not in log_text(survivor)
