@@ -160,9 +160,9 @@ def test_concurrent_claims_never_overbook_a_device(conn, database_url):
             result: dict = {}
             racer = threading.Thread(target=lambda: result.update(row=claim(second, A, worker="w2")), daemon=True)
             racer.start()
-            wait_until(lambda: conn.execute(
+            wait_until(lambda: not racer.is_alive() or conn.execute(
                 "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s AND datname = current_database()",
-                (second_pid,)).fetchone()["wait_event_type"] == "Lock", timeout=10, what="the second claim to wait its turn")
+                (second_pid,)).fetchone()["wait_event_type"] == "Lock", timeout=10, what="the second claim to wait its turn, or end")
         racer.join(10)
         assert not racer.is_alive()
         assert result["row"] is None, "12 GB reserved + 12 > 24 - 1"
