@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from queue_workflows import model_registry
+from queue_workflows.gpu.devices import current_device
 
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +51,7 @@ def _hold(gb: float, seconds: float, spans: str | None, until: str | None) -> No
     pynvml.set_process_memory(path, os.getpid(), 0)
     if spans:
         with open(spans, "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "gb": gb, "start": start, "end": time.time()}) + "\n")
+            f.write(json.dumps({"pid": os.getpid(), "gb": gb, "start": start, "end": time.time(), "device": current_device()}) + "\n")
 
 
 def _broken() -> Any:

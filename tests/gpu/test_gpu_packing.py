@@ -13,8 +13,9 @@ from procs import Procs, log_text, query, wait_until
 from test_gpu_memory import fake_nvml, gpu_worker_env, one_device, status_of
 
 from queue_workflows import jobstore, node_queue
-from queue_workflows.gpu.devices import Device, claim_params
+from queue_workflows.gpu.devices import Device, claim_params, current_device, from_samples, on_device
 from queue_workflows.jobrow import NodeJob
+from queue_workflows.telemetry.gpu_sample import GpuSample
 
 A = Device("GPU-a", 24.0, 24.0)
 
@@ -200,7 +201,7 @@ def test_gpu_workers_share_one_device_and_never_hold_more_than_it_has(database_u
     workers = [procs.worker(env, "gpu") for _ in range(3)]
     wait_until(lambda: all(status_of(database_url, j) == "completed" for j in jobs), timeout=60, what="the three jobs to run")
     held = spans_of(spans)
-    assert len(held) == 3
+    assert len(held) == 3 and {s["device"] for s in held} == {"GPU-fake-0"}  # each job saw the device it reserved on
     assert most_at_once(held) == 16, "two 8 GB jobs share the 24 GB device; a third would leave no 1 GB margin"
     rows = query(database_url, "SELECT gpu_device, vram_reserved_gb FROM workflow_node_jobs WHERE id = ANY(%s)", (jobs,))
     assert {(r["gpu_device"], r["vram_reserved_gb"]) for r in rows} == {("GPU-fake-0", 8.0)}
@@ -232,3 +233,29 @@ def test_a_killed_workers_reservation_holds_until_reclaim_then_frees(database_ur
     rows = query(database_url, "SELECT claimed_by FROM workflow_node_jobs WHERE id = ANY(%s)", ([doomed, waiting],))
     assert all(f":{survivor.pid}:" in r["claimed_by"] for r in rows), rows
     assert "Traceback" not in log_text(survivor)
+
+
+# The worker's devices -----------------------------------------------------------------------
+
+
+def sample(index: int, uuid: str, source: str = "nvml", total_gb: float = 24, used_gb: float = 2) -> GpuSample:
+    return GpuSample(index=index, name="x", uuid=uuid, source=source, util_percent=None, memory_used_bytes=int(used_gb * (1 << 30)),
+                     memory_total_bytes=int(total_gb * (1 << 30)), temperature_c=None, power_w=None)
+
+
+def test_a_worker_reserves_only_on_the_devices_it_may_use():
+    """NVML lists every device on the host; a worker pinned by CUDA_VISIBLE_DEVICES (index or UUID prefix) names only its own."""
+    host = [sample(0, "GPU-aaaa-0"), sample(1, "GPU-bbbb-1"), sample(2, "GPU-cccc-2"), sample(0, "GPU-amd-0", source="amdsmi")]
+    assert [d.uuid for d in from_samples(host, env={})] == ["GPU-aaaa-0", "GPU-bbbb-1", "GPU-cccc-2", "GPU-amd-0"]
+    assert [d.uuid for d in from_samples(host, env={"CUDA_VISIBLE_DEVICES": "1"})] == ["GPU-bbbb-1", "GPU-amd-0"]
+    assert [d.uuid for d in from_samples(host, env={"CUDA_VISIBLE_DEVICES": "GPU-cccc", "HIP_VISIBLE_DEVICES": ""})] == ["GPU-cccc-2"]
+    assert from_samples([sample(0, "GPU-a")], free_override=3.0, env={}) == [Device("GPU-a", 24.0, 3.0)]
+    assert from_samples([sample(0, "")], env={}) == []  # no UUID: not told apart from another host's device, not reserved on
+    assert from_samples(host[:1], env={})[0].free_gb == 22.0
+
+
+def test_a_job_sees_the_device_it_reserved_on():
+    assert current_device() is None
+    with on_device("GPU-a"):
+        assert current_device() == "GPU-a"
+    assert current_device() is None

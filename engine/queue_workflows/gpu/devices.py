@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 GIB = float(1 << 30)
+# The variables that pin a process to some devices, by vendor (the probe's `source` says which).
+VISIBILITY = {"nvidia": ("CUDA_VISIBLE_DEVICES",), "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
+_current: ContextVar[str | None] = ContextVar("qw_current_gpu_device", default=None)
+
+
+def current_device() -> str | None:
+    """Inside a gpu job: the UUID of the device its claim reserved VRAM on; None without a reservation."""
+    return _current.get()
+
+
+@contextmanager
+def on_device(uuid: str | None) -> Iterator[None]:
+    token = _current.set(uuid)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,13 +40,34 @@ class Device:
         return {"uuid": self.uuid, "total_gb": round(self.total_gb, 3), "free_gb": None if self.free_gb is None else round(self.free_gb, 3)}
 
 
-def from_samples(samples: Sequence[Any], *, free_override: float | None = None) -> list[Device]:
-    """The probed devices a claim may reserve on: those with a UUID and a total; QW_GPU_FREE_VRAM_GB overrides each one's free."""
+def _vendor(sample: Any) -> str:
+    source = str(getattr(sample, "source", "")).lower()
+    return "amd" if any(word in source for word in ("amd", "rocm")) else "nvidia"
+
+
+def visible(sample: Any, env: Mapping[str, str]) -> bool:
+    """Whether this process may use the device: NVML and amdsmi list every device on the host,
+    whatever CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES say; entries are
+    indices or UUIDs (a UUID's prefix, as CUDA accepts)."""
+    for name in VISIBILITY[_vendor(sample)]:
+        listed = env.get(name)
+        if listed is None:
+            continue
+        entries = [e.strip() for e in listed.split(",") if e.strip()]
+        uuid = str(getattr(sample, "uuid", "") or "")
+        if not any(e == str(sample.index) or (not e.isdigit() and uuid.startswith(e)) for e in entries):
+            return False
+    return True
+
+
+def from_samples(samples: Sequence[Any], *, free_override: float | None = None, env: Mapping[str, str] | None = None) -> list[Device]:
+    """The probed devices a claim may reserve on: those this process may use, with a UUID and a
+    total; QW_GPU_FREE_VRAM_GB overrides each one's free."""
     devices = []
     for sample in samples:
         uuid, total = getattr(sample, "uuid", None), getattr(sample, "memory_total_bytes", None)
-        if not uuid or total is None:
-            continue  # a device without either cannot be told apart or accounted: not reserved on
+        if not uuid or total is None or not visible(sample, os.environ if env is None else env):
+            continue  # one that cannot be told apart, accounted, or used here: not reserved on
         free = getattr(sample, "memory_free_bytes", None)
         devices.append(Device(str(uuid), total / GIB, free_override if free_override is not None else None if free is None else free / GIB))
     return devices
