@@ -12,7 +12,8 @@ import pytest
 from procs import Procs, log_text, query, wait_until
 from test_gpu_memory import fake_nvml, gpu_worker_env, one_device, status_of
 
-from queue_workflows import jobstore, node_queue
+import queue_workflows
+from queue_workflows import Workflow, jobstore, node_queue
 from queue_workflows.gpu.devices import Device, claim_params, current_device, from_samples, on_device
 from queue_workflows.jobrow import NodeJob
 from queue_workflows.telemetry.gpu_sample import GpuSample
@@ -138,6 +139,16 @@ def test_leaving_running_frees_the_reservation(conn, way):
     else:
         assert jobstore.release(conn, "workflow_node_jobs", [first], "w1") == {first}
     assert claim(conn, A, worker="w2")["id"] == (first if way == "released" else second)  # a released job is the older one queued
+
+
+def test_a_hard_cancel_frees_the_reservation(conn):
+    models(conn, m12=12)
+    flow = Workflow("pack").node("n", "qw_dag_nodes", queue="gpu", model="m12")
+    first, second = queue_workflows.start_run(flow, {}), queue_workflows.start_run(flow, {})
+    assert claim(conn, A, worker="w1")["run_id"] == first
+    assert claim(conn, A, worker="w2") is None
+    queue_workflows.cancel_run(first, hard=True)
+    assert claim(conn, A, worker="w2")["run_id"] == second
 
 
 # Concurrent claimers ------------------------------------------------------------------------
