@@ -308,10 +308,12 @@ CREATE TABLE public.workflow_node_jobs (
     flow_key text,
     tenant text DEFAULT 'default'::text NOT NULL,
     vram_gb double precision,
-    gpu_device text,
+    gpus integer DEFAULT 1 NOT NULL,
+    gpu_devices text[],
     vram_reserved_gb double precision,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
+    CONSTRAINT workflow_node_jobs_gpus_range CHECK (((gpus >= 1) AND (gpus <= 64))),
     CONSTRAINT workflow_node_jobs_map_index_check CHECK ((map_index >= 0)),
     CONSTRAINT workflow_node_jobs_map_item_check CHECK (((map_node IS NULL) = (map_index IS NULL))),
     CONSTRAINT workflow_node_jobs_map_total_check CHECK ((map_total >= 0)),
@@ -1014,7 +1016,7 @@ CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING 
 
 CREATE INDEX workflow_node_jobs_flow_running_idx ON public.workflow_node_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
 
-CREATE INDEX workflow_node_jobs_gpu_device_idx ON public.workflow_node_jobs USING btree (gpu_device) WHERE ((status = 'running'::text) AND (gpu_device IS NOT NULL));
+CREATE INDEX workflow_node_jobs_gpu_devices_idx ON public.workflow_node_jobs USING gin (gpu_devices) WHERE ((status = 'running'::text) AND (gpu_devices IS NOT NULL));
 
 CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
 

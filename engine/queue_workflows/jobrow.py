@@ -112,8 +112,9 @@ class NodeJob(JobRow):
     map_index: int | None = None  # ... and its place in the map's list
     map_total: int | None = None  # on a map's own row: the length of its list
     vram_gb: float | None = None  # working memory the job declares beyond its model's (gpu/claim.sql, qw_gpu_job_need_gb)
-    gpu_device: str | None = None  # the device its claim reserved on (UUID) ...
-    vram_reserved_gb: float | None = None  # ... and how much: held while the row is running
+    gpus: int = 1  # devices it needs at once, on one host
+    gpu_devices: list[str] | None = None  # the devices its claim reserved on (UUIDs) ...
+    vram_reserved_gb: float | None = None  # ... and how much on each: held while the row is running
 
     table: ClassVar[str] = "workflow_node_jobs"
 

@@ -21,7 +21,7 @@ from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueW
 from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
-from queue_workflows.payloads import check_text, clean_text, json_object, shown
+from queue_workflows.payloads import check_gpus, check_text, check_vram_gb, clean_text, json_object, shown
 from queue_workflows.queries import JobTable
 from queue_workflows.settings import QUEUE_NAME_RE, RESERVED_QUEUES
 
@@ -210,11 +210,13 @@ def enqueue_node_job(
     check_callable: bool = True,
     tenant: str = DEFAULT_TENANT,
     vram_gb: float | None = None,
+    gpus: int = 1,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
 
-    `vram_gb`: GPU memory the job needs beyond its model's (docs/gpu.md, "Several jobs per GPU").
+    `vram_gb`: GPU memory the job needs beyond its model's, on each of its `gpus` devices (docs/gpu.md,
+    "Several jobs per GPU").
 
     `tenant` is the job's (docs/flow_control.md); a job with a `run_id` takes its run's instead.
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
@@ -244,7 +246,8 @@ def enqueue_node_job(
         "retry_policy": _checked_policy(retry_policy),
         "concurrency_key": check_concurrency_key(concurrency_key),
         "tenant": check_tenant(tenant),
-        "vram_gb": _check_vram_gb(vram_gb),
+        "vram_gb": check_vram_gb(vram_gb),
+        "gpus": check_gpus(gpus),
     }
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing
     if check_callable:
@@ -253,14 +256,6 @@ def enqueue_node_job(
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
     return row
-
-
-def _check_vram_gb(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100_000:
-        raise InvalidPayloadError(f"vram_gb must be a number of GB from 0 to 100000, not {shown(value)}")
-    return float(value)
 
 
 def _checked_policy(policy: Any) -> Jsonb | None:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from queue_workflows import model_registry
-from queue_workflows.gpu.devices import current_device
+from queue_workflows.gpu.devices import current_device, current_devices, device_env
 
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
     time.sleep(float(inputs.get("sleep", 0)))
     if "vram_wave" in inputs:
         _vram_wave(*inputs["vram_wave"])
+    if inputs.get("report_devices"):  # tests/gpu/test_gpu_packing.py: what a multi-GPU job sees
+        return {"model": model_registry.current(), "devices": list(current_devices()), "env": device_env()}
     return {"model": model_registry.current()}
 
 

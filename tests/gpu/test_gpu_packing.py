@@ -14,7 +14,7 @@ from test_gpu_memory import fake_nvml, gpu_worker_env, one_device, status_of
 
 import queue_workflows
 from queue_workflows import Workflow, jobstore, node_queue
-from queue_workflows.gpu.devices import Device, claim_params, current_device, from_samples, on_device
+from queue_workflows.gpu.devices import Device, claim_params, current_device, current_devices, device_env, from_samples, on_devices
 from queue_workflows.jobrow import NodeJob
 from queue_workflows.telemetry.gpu_sample import GpuSample
 
@@ -40,9 +40,9 @@ def claim(conn, *devices: Device, margin: float = 1.0, worker: str = "w1") -> di
         return conn.execute(*statements[-1]).fetchone()
 
 
-def reserved(conn, job_id: int) -> tuple[str | None, float | None]:
-    row = conn.execute("SELECT gpu_device, vram_reserved_gb FROM workflow_node_jobs WHERE id = %s", (job_id,)).fetchone()
-    return row["gpu_device"], row["vram_reserved_gb"]
+def reserved(conn, job_id: int) -> tuple[list[str] | None, float | None]:
+    row = conn.execute("SELECT gpu_devices, vram_reserved_gb FROM workflow_node_jobs WHERE id = %s", (job_id,)).fetchone()
+    return row["gpu_devices"], row["vram_reserved_gb"]
 
 
 # Admission ---------------------------------------------------------------------------------
@@ -52,9 +52,9 @@ def test_a_job_is_admitted_while_its_need_fits_the_devices_room(conn):
     models(conn, m8=8, m12=12)
     first, second, third = enqueue("m8"), enqueue("m8", vram_gb=2), enqueue("m12")
     assert claim(conn, A, worker="w1")["id"] == first
-    assert reserved(conn, first) == ("GPU-a", 8.0)
+    assert reserved(conn, first) == (["GPU-a"], 8.0)
     assert claim(conn, A, worker="w2")["id"] == second
-    assert reserved(conn, second) == ("GPU-a", 10.0)  # its model's 8 GB and its own 2
+    assert reserved(conn, second) == (["GPU-a"], 10.0)  # its model's 8 GB and its own 2
     assert claim(conn, A, worker="w3") is None, "18 GB reserved + 12 > 24 - 1"
     assert query_status(conn, third) == "queued"
 
@@ -80,9 +80,9 @@ def test_the_best_fitting_device_is_reserved_on(conn):
     roomy, snug = Device("GPU-roomy", 24.0, 24.0), Device("GPU-snug", 10.0, 10.0)
     big, small = enqueue("m8"), enqueue("m4")
     assert claim(conn, roomy, snug)["id"] == big
-    assert reserved(conn, big) == ("GPU-snug", 8.0)  # 9 GB of room there, 23 on the other: the snug one
+    assert reserved(conn, big) == (["GPU-snug"], 8.0)  # 9 GB of room there, 23 on the other: the snug one
     assert claim(conn, roomy, snug)["id"] == small
-    assert reserved(conn, small) == ("GPU-roomy", 4.0)  # 1 GB left on the snug one
+    assert reserved(conn, small) == (["GPU-roomy"], 4.0)  # 1 GB left on the snug one
 
 
 def test_an_unknown_need_runs_alone_on_its_device(conn):
@@ -90,7 +90,7 @@ def test_an_unknown_need_runs_alone_on_its_device(conn):
     unknown = enqueue("never-registered")
     known = enqueue("m4")
     assert claim(conn, A)["id"] == unknown
-    assert reserved(conn, unknown) == ("GPU-a", 24.0)  # the whole device
+    assert reserved(conn, unknown) == (["GPU-a"], 24.0)  # the whole device
     assert claim(conn, A) is None
     jobstore.mark("workflow_node_jobs", "completed", unknown, worker_id="w1", conn=conn)
     assert claim(conn, A)["id"] == known
@@ -116,7 +116,7 @@ def test_the_row_carries_its_reservation(conn):
     models(conn, m8=8)
     enqueue("m8", vram_gb=1.5)
     job = NodeJob.from_row(claim(conn, A))
-    assert (job.vram_gb, job.gpu_device, job.vram_reserved_gb) == (1.5, "GPU-a", 9.5)
+    assert (job.vram_gb, job.gpus, job.gpu_devices, job.vram_reserved_gb) == (1.5, 1, ["GPU-a"], 9.5)
 
 
 def query_status(conn, job_id: int) -> str:
@@ -151,6 +151,45 @@ def test_a_hard_cancel_frees_the_reservation(conn):
     assert claim(conn, A, worker="w2")["run_id"] == second
 
 
+# Multi-GPU jobs -----------------------------------------------------------------------------
+
+
+def test_a_multi_gpu_job_reserves_all_its_devices_at_once_or_waits(conn):
+    models(conn, m8=8, m20=20)
+    a, b, c = Device("GPU-a", 24.0, 24.0), Device("GPU-b", 24.0, 24.0), Device("GPU-c", 24.0, 24.0)
+    big = enqueue("m20")
+    assert claim(conn, a, b, worker="w1")["id"] == big and reserved(conn, big) == (["GPU-a"], 20.0)
+    gang = node_queue.enqueue_node_job("gang", "gpu", node_module="qw_test_nodes", required_model="m8", vram_gb=1, gpus=2)["id"]
+    assert claim(conn, a, b, worker="w2") is None, "only GPU-b has 9 GB free: a two-GPU job waits rather than take one"
+    assert claim(conn, b, worker="w3") is None, "a worker with one device never takes it"
+    assert claim(conn, a, b, c, worker="w4")["id"] == gang
+    assert reserved(conn, gang) == (["GPU-b", "GPU-c"], 9.0)  # 9 GB on each
+    assert claim(conn, a, b, c, worker="w5") is None  # nothing queued
+
+
+def test_gpus_that_is_not_a_count_is_refused(conn):
+    for bad in (0, 65, 1.5, True, "2"):
+        with pytest.raises(node_queue.InvalidPayloadError, match="gpus must be a whole number of devices"):
+            node_queue.enqueue_node_job("gang", "gpu", node_module="qw_test_nodes", gpus=bad)
+    assert conn.execute("SELECT count(*) AS n FROM workflow_node_jobs").fetchone()["n"] == 0
+
+
+@pytest.mark.multiprocess
+def test_a_two_gpu_job_runs_on_a_real_worker_seeing_both_devices(database_url: str, procs: Procs, tmp_path: Path) -> None:
+    state = str(tmp_path / "nvml.json")
+    fake_nvml.write_state(state, {"init_error": None, "devices": [
+        {"name": "Fake A10", "uuid": f"GPU-fake-{i}", "total": 24 * (1 << 30), "base_used": 0, "procs": {}} for i in range(3)]})
+    env = gpu_worker_env(database_url, state, QW_POLL_SECONDS="0.2", CUDA_VISIBLE_DEVICES="GPU-fake-1,GPU-fake-2")
+    job = node_queue.enqueue_node_job("gang", "gpu", node_module="qw_gpu_nodes", required_model="a8", gpus=2,
+                                      inputs={"report_devices": True})["id"]
+    worker = procs.worker(env, "gpu")
+    wait_until(lambda: status_of(database_url, job) == "completed", timeout=30, what="the two-GPU job to run")
+    row = query(database_url, "SELECT gpu_devices, vram_reserved_gb, context_delta FROM workflow_node_jobs WHERE id = %s", (job,))[0]
+    assert row["gpu_devices"] == ["GPU-fake-1", "GPU-fake-2"] and row["vram_reserved_gb"] == 8.0  # GPU-fake-0 is not this worker's
+    assert row["context_delta"]["devices"] == ["GPU-fake-1", "GPU-fake-2"]
+    assert row["context_delta"]["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1,GPU-fake-2", log_text(worker)[-2000:]
+
+
 # Concurrent claimers ------------------------------------------------------------------------
 
 
@@ -178,7 +217,7 @@ def test_concurrent_claims_never_overbook_a_device(conn, database_url):
         racer.join(10)
         assert not racer.is_alive()
         assert result["row"] is None, "12 GB reserved + 12 > 24 - 1"
-        total = conn.execute("SELECT sum(vram_reserved_gb) AS gb FROM workflow_node_jobs WHERE status = 'running' AND gpu_device = 'GPU-a'").fetchone()
+        total = conn.execute("SELECT sum(vram_reserved_gb) AS gb FROM workflow_node_jobs WHERE status = 'running' AND gpu_devices @> ARRAY['GPU-a']").fetchone()
         assert total["gb"] == 12.0
     finally:
         first.close()
@@ -214,8 +253,8 @@ def test_gpu_workers_share_one_device_and_never_hold_more_than_it_has(database_u
     held = spans_of(spans)
     assert len(held) == 3 and {s["device"] for s in held} == {"GPU-fake-0"}  # each job saw the device it reserved on
     assert most_at_once(held) == 16, "two 8 GB jobs share the 24 GB device; a third would leave no 1 GB margin"
-    rows = query(database_url, "SELECT gpu_device, vram_reserved_gb FROM workflow_node_jobs WHERE id = ANY(%s)", (jobs,))
-    assert {(r["gpu_device"], r["vram_reserved_gb"]) for r in rows} == {("GPU-fake-0", 8.0)}
+    rows = query(database_url, "SELECT gpu_devices, vram_reserved_gb FROM workflow_node_jobs WHERE id = ANY(%s)", (jobs,))
+    assert {(tuple(r["gpu_devices"]), r["vram_reserved_gb"]) for r in rows} == {(("GPU-fake-0",), 8.0)}
     beats = query(database_url, "SELECT gpu_devices FROM worker_heartbeats WHERE pid = %s", (workers[0].pid,))
     assert beats and beats[0]["gpu_devices"][0]["uuid"] == "GPU-fake-0" and beats[0]["gpu_devices"][0]["total_gb"] == 24
     assert all("Traceback" not in log_text(w) for w in workers)
@@ -227,7 +266,7 @@ def test_a_killed_workers_reservation_holds_until_reclaim_then_frees(database_ur
     env = gpu_worker_env(database_url, state, QW_POLL_SECONDS="0.2")
     victim = procs.worker(env, "gpu")
     doomed = node_queue.enqueue_node_job("hold", "gpu", node_module="qw_gpu_nodes", required_model="a12", inputs={"hold_gb": 12, "seconds": 60, "until": str(tmp_path / "go")})["id"]
-    wait_until(lambda: query(database_url, "SELECT gpu_device FROM workflow_node_jobs WHERE id = %s AND status = 'running'", (doomed,)),
+    wait_until(lambda: query(database_url, "SELECT gpu_devices FROM workflow_node_jobs WHERE id = %s AND status = 'running'", (doomed,)),
                timeout=30, what="the first worker to claim its job")
     waiting = node_queue.enqueue_node_job("other", "gpu", node_module="qw_gpu_nodes", required_model="b12", inputs={"hold_gb": 12})["id"]
     survivor = procs.worker(env, "gpu")
@@ -265,8 +304,9 @@ def test_a_worker_reserves_only_on_the_devices_it_may_use():
     assert from_samples(host[:1], env={})[0].free_gb == 22.0
 
 
-def test_a_job_sees_the_device_it_reserved_on():
-    assert current_device() is None
-    with on_device("GPU-a"):
-        assert current_device() == "GPU-a"
+def test_a_job_sees_the_devices_it_reserved_on():
+    assert current_device() is None and current_devices() == () and device_env() == {}
+    with on_devices(["GPU-a", "GPU-b"]):
+        assert current_device() == "GPU-a" and current_devices() == ("GPU-a", "GPU-b")
+        assert device_env() == {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "HIP_VISIBLE_DEVICES": "GPU-a,GPU-b"}
     assert current_device() is None

@@ -12,17 +12,29 @@ from typing import Any
 GIB = float(1 << 30)
 # The variables that pin a process to some devices, by vendor (the probe's `source` says which).
 VISIBILITY = {"nvidia": ("CUDA_VISIBLE_DEVICES",), "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
-_current: ContextVar[str | None] = ContextVar("qw_current_gpu_device", default=None)
+_current: ContextVar[tuple[str, ...]] = ContextVar("qw_current_gpu_devices", default=())
 
 
-def current_device() -> str | None:
-    """Inside a gpu job: the UUID of the device its claim reserved VRAM on; None without a reservation."""
+def current_devices() -> tuple[str, ...]:
+    """Inside a gpu job: the UUIDs of the devices its claim reserved VRAM on; () without a reservation."""
     return _current.get()
 
 
+def current_device() -> str | None:
+    """The first of them (a one-GPU job's device); None without a reservation."""
+    return next(iter(_current.get()), None)
+
+
+def device_env() -> dict[str, str]:
+    """The environment that pins a job's subprocess to its reserved devices (a process's own CUDA
+    context cannot be re-pinned once made); {} without a reservation."""
+    listed = ",".join(_current.get())
+    return {"CUDA_VISIBLE_DEVICES": listed, "HIP_VISIBLE_DEVICES": listed} if listed else {}
+
+
 @contextmanager
-def on_device(uuid: str | None) -> Iterator[None]:
-    token = _current.set(uuid)
+def on_devices(uuids: Sequence[str] | None) -> Iterator[None]:
+    token = _current.set(tuple(uuids or ()))
     try:
         yield
     finally:

@@ -1,14 +1,15 @@
--- Several jobs per GPU (docs/gpu.md, "Several jobs per GPU"): a gpu claim reserves VRAM on one
--- device, and the reservation is the running row itself (gpu_device, vram_reserved_gb), so every
--- way out of `running` (completion, failure, retry, reclaim after kill -9, cancel) frees it once,
--- with no release code of its own.
+-- Several jobs per GPU and multi-GPU jobs (docs/gpu.md, "Several jobs per GPU"): a gpu claim
+-- reserves VRAM on `gpus` devices of its worker at once, and the reservation is the running row
+-- itself (gpu_devices, vram_reserved_gb on each), so every way out of `running` (completion,
+-- failure, retry, reclaim after kill -9, cancel) frees it once, with no release code of its own.
 ALTER TABLE workflow_node_jobs
     ADD COLUMN vram_gb double precision CONSTRAINT workflow_node_jobs_vram_gb_range CHECK (vram_gb >= 0 AND vram_gb <= 100000),
-    ADD COLUMN gpu_device text,
+    ADD COLUMN gpus integer NOT NULL DEFAULT 1 CONSTRAINT workflow_node_jobs_gpus_range CHECK (gpus BETWEEN 1 AND 64),
+    ADD COLUMN gpu_devices text[],
     ADD COLUMN vram_reserved_gb double precision;
 
 -- A claim sums one device's running reservations: an index probe over the running rows only.
-CREATE INDEX workflow_node_jobs_gpu_device_idx ON workflow_node_jobs (gpu_device) WHERE status = 'running' AND gpu_device IS NOT NULL;
+CREATE INDEX workflow_node_jobs_gpu_devices_idx ON workflow_node_jobs USING gin (gpu_devices) WHERE status = 'running' AND gpu_devices IS NOT NULL;
 
 -- Each gpu worker's devices, [{"uuid", "total_gb", "free_gb"}], refreshed by every heartbeat:
 -- they live and die with the worker's liveness row, so no separate table needs sweeping.

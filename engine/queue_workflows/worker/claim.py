@@ -28,7 +28,7 @@ from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.throttle import Marks, Throttle
 from queue_workflows.dag import execute
 from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
-from queue_workflows.gpu.devices import on_device
+from queue_workflows.gpu.devices import on_devices
 from queue_workflows.gpu.side import GpuSide
 from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.payloads import clean_text
@@ -271,7 +271,7 @@ class ClaimWorker:
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
         if acquired is not None and not acquired.hit:
             self.beat.models_changed()
-        with using(acquired.model if acquired else None), on_device(job.gpu_device):
+        with using(acquired.model if acquired else None), on_devices(job.gpu_devices):
             return run_node_job(job, execute.load_context(job, url=self.url)), acquired
 
     def _store_outcome(
