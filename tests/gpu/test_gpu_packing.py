@@ -14,6 +14,7 @@ from test_gpu_memory import fake_nvml, gpu_worker_env, one_device, status_of
 
 import queue_workflows
 from queue_workflows import Workflow, jobstore, node_queue
+from queue_workflows.dag.definition import WorkflowValidationError
 from queue_workflows.gpu.devices import Device, claim_params, current_device, current_devices, device_env, from_samples, on_devices
 from queue_workflows.jobrow import NodeJob
 from queue_workflows.telemetry.gpu_sample import GpuSample
@@ -188,6 +189,27 @@ def test_a_two_gpu_job_runs_on_a_real_worker_seeing_both_devices(database_url: s
     assert row["gpu_devices"] == ["GPU-fake-1", "GPU-fake-2"] and row["vram_reserved_gb"] == 8.0  # GPU-fake-0 is not this worker's
     assert row["context_delta"]["devices"] == ["GPU-fake-1", "GPU-fake-2"]
     assert row["context_delta"]["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1,GPU-fake-2", log_text(worker)[-2000:]
+
+
+def test_a_workflow_node_sizes_its_reservation_and_bad_sizes_are_refused_naming_node_and_key(conn):
+    models(conn, m8=8)
+    flow = Workflow("sized").node("train", "qw_dag_nodes", queue="gpu", model="m8", gpus=2, vram_gb=3)
+    assert Workflow.from_dict(flow.to_dict()).to_dict() == flow.to_dict() and flow.to_dict()["nodes"][0]["gpus"] == 2
+    run_id = queue_workflows.start_run(flow, {})
+    b = Device("GPU-b", 24.0, 24.0)
+    row = claim(conn, A, b)
+    assert (row["run_id"], sorted(row["gpu_devices"]), row["vram_reserved_gb"]) == (run_id, ["GPU-a", "GPU-b"], 11.0)
+    mapped = Workflow("mapped").map("each", "qw_dag_nodes", over=[1, 2], queue="gpu", model="m8", vram_gb=1)
+    assert Workflow.from_dict(mapped.to_dict()).nodes[0].vram_gb == 1
+    before = conn.execute("SELECT count(*) AS n FROM workflow_node_jobs").fetchone()["n"]
+    for flow, message in (
+        (Workflow("w").node("n", "qw_dag_nodes", gpus=2), "node 'n': only a gpu node takes 'gpus' or 'vram_gb'"),
+        (Workflow("w").node("n", "qw_dag_nodes", queue="gpu", model="m8", gpus=0), "node 'n': gpus must be a whole number"),
+        (Workflow("w").node("n", "qw_dag_nodes", queue="gpu", model="m8", vram_gb=-1), "node 'n': vram_gb must be a number"),
+    ):
+        with pytest.raises(WorkflowValidationError, match=message):
+            queue_workflows.start_run(flow, {})
+    assert conn.execute("SELECT count(*) AS n FROM workflow_node_jobs").fetchone()["n"] == before
 
 
 # Concurrent claimers ------------------------------------------------------------------------
