@@ -201,6 +201,9 @@ def test_a_workflow_node_sizes_its_reservation_and_bad_sizes_are_refused_naming_
     assert (row["run_id"], sorted(row["gpu_devices"]), row["vram_reserved_gb"]) == (run_id, ["GPU-a", "GPU-b"], 11.0)
     mapped = Workflow("mapped").map("each", "qw_dag_nodes", over=[1, 2], queue="gpu", model="m8", vram_gb=1)
     assert Workflow.from_dict(mapped.to_dict()).nodes[0].vram_gb == 1
+    items = conn.execute("SELECT gpus, vram_gb FROM workflow_node_jobs WHERE run_id = %s AND map_node = 'each'",
+                         (queue_workflows.start_run(mapped, {}),)).fetchall()
+    assert [(r["gpus"], r["vram_gb"]) for r in items] == [(1, 1.0), (1, 1.0)]  # each item inherits its map's sizes
     before = conn.execute("SELECT count(*) AS n FROM workflow_node_jobs").fetchone()["n"]
     for flow, message in (
         (Workflow("w").node("n", "qw_dag_nodes", gpus=2), "node 'n': only a gpu node takes 'gpus' or 'vram_gb'"),
