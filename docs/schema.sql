@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0042 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0043 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -307,8 +307,13 @@ CREATE TABLE public.workflow_node_jobs (
     flow_scope text,
     flow_key text,
     tenant text DEFAULT 'default'::text NOT NULL,
+    vram_gb double precision,
+    gpus integer DEFAULT 1 NOT NULL,
+    gpu_devices text[],
+    vram_reserved_gb double precision,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
+    CONSTRAINT workflow_node_jobs_gpus_range CHECK (((gpus >= 1) AND (gpus <= 64))),
     CONSTRAINT workflow_node_jobs_map_index_check CHECK ((map_index >= 0)),
     CONSTRAINT workflow_node_jobs_map_item_check CHECK (((map_node IS NULL) = (map_index IS NULL))),
     CONSTRAINT workflow_node_jobs_map_total_check CHECK ((map_total >= 0)),
@@ -316,7 +321,8 @@ CREATE TABLE public.workflow_node_jobs (
     CONSTRAINT workflow_node_jobs_queue_check CHECK ((queue = ANY (ARRAY['cpu'::text, 'gpu'::text]))),
     CONSTRAINT workflow_node_jobs_retry_policy_check CHECK (((retry_policy IS NULL) OR (jsonb_typeof(retry_policy) = 'object'::text))),
     CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
-    CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text))
+    CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text)),
+    CONSTRAINT workflow_node_jobs_vram_gb_range CHECK (((vram_gb >= (0)::double precision) AND (vram_gb <= (100000)::double precision)))
 );
 
 CREATE FUNCTION public.qw_flow_held(j public.workflow_node_jobs, p_tasks text[]) RETURNS text
@@ -373,6 +379,18 @@ CREATE FUNCTION public.qw_flow_tasks(p_queue text) RETURNS text[]
 BEGIN
     RETURN (SELECT coalesce(array_agg(l.task), '{}') FROM flow_limits AS l WHERE l.queue = p_queue AND l.task <> '*');
 END $$;
+
+CREATE FUNCTION public.qw_gpu_job_need_gb(model text, own_gb double precision) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN model IS NULL THEN own_gb ELSE qw_gpu_need_gb(model) + coalesce(own_gb, 0) END
+$$;
+
+CREATE FUNCTION public.qw_gpu_need_gb(model text) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT g.est_vram_gb FROM gpu_models AS g WHERE g.model_id = model
+$$;
 
 CREATE FUNCTION public.qw_node_run_tenant() RETURNS trigger
     LANGUAGE plpgsql
@@ -723,6 +741,7 @@ CREATE TABLE public.worker_heartbeats (
     swapping boolean DEFAULT false NOT NULL,
     vram_total_gb double precision,
     vram_free_gb double precision,
+    gpu_devices jsonb,
     CONSTRAINT worker_heartbeats_state_check CHECK ((state = ANY (ARRAY['idle'::text, 'busy'::text, 'stopping'::text, 'parked'::text, 'throttled'::text])))
 );
 
@@ -996,6 +1015,8 @@ CREATE INDEX workflow_node_jobs_event_key_idx ON public.workflow_node_jobs USING
 CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING btree (finished_at) WHERE ((run_id IS NULL) AND (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 
 CREATE INDEX workflow_node_jobs_flow_running_idx ON public.workflow_node_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
+
+CREATE INDEX workflow_node_jobs_gpu_devices_idx ON public.workflow_node_jobs USING gin (gpu_devices) WHERE ((status = 'running'::text) AND (gpu_devices IS NOT NULL));
 
 CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
 

@@ -111,6 +111,10 @@ class NodeJob(JobRow):
     map_node: str | None = None  # on a map's item: the map it belongs to (dag/map.py)
     map_index: int | None = None  # ... and its place in the map's list
     map_total: int | None = None  # on a map's own row: the length of its list
+    vram_gb: float | None = None  # working memory the job declares beyond its model's (gpu/claim.sql, qw_gpu_job_need_gb)
+    gpus: int = 1  # devices it needs at once, on one host
+    gpu_devices: list[str] | None = None  # the devices its claim reserved on (UUIDs) ...
+    vram_reserved_gb: float | None = None  # ... and how much on each: held while the row is running
 
     table: ClassVar[str] = "workflow_node_jobs"
 

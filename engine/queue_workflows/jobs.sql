@@ -44,9 +44,9 @@ RETURNING *;
 -- A run_id naming no run inserts nothing (instead of a foreign-key error that would abort the
 -- caller's transaction); a run made earlier in the caller's own transaction is seen.
 INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, priority, required_model, inputs, max_attempts, retry_policy,
-                                concurrency_key, tenant)
+                                concurrency_key, tenant, vram_gb, gpus)
 SELECT %(run_id)s::bigint, %(node_name)s, %(node_module)s, %(queue)s, %(priority)s, %(required_model)s, %(inputs)s, %(max_attempts)s,
-       %(retry_policy)s, %(concurrency_key)s, %(tenant)s
+       %(retry_policy)s, %(concurrency_key)s, %(tenant)s, %(vram_gb)s, %(gpus)s
  WHERE %(run_id)s::bigint IS NULL OR EXISTS (SELECT 1 FROM workflow_runs WHERE id = %(run_id)s::bigint)
 RETURNING *;
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,9 @@ _RECLAIM = sqlfile.load("queue_workflows.leader", "reclaim.sql")
 WORKER_LOCK_NAMESPACE = 0x5157
 
 Row = dict[str, Any]
+
+# A gpu claim naming no device (CPU fallback, no NVML): no VRAM admission (gpu/devices.py claim_params).
+NO_DEVICES: dict[str, Any] = {"gpu_uuids": [], "gpu_total_gb": [], "gpu_free_gb": [], "vram_margin_gb": 0.0}
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,9 @@ def claim_statement(
     vram_available_gb: float | None = None,
     second_copy_backlog: int = 2,
     aging_seconds: float = 0,
+    gpu_devices: Mapping[str, Any] | None = None,
 ) -> Statement:
+    """`gpu_devices`: a routed gpu claim's device parameters (gpu/devices.py claim_params); none: no VRAM admission."""
     params: dict[str, Any] = {
         "aging_seconds": aging_seconds,
         "queue": queue,
@@ -68,6 +73,7 @@ def claim_statement(
     }
     if with_affinity:
         params.update(loaded_models=list(loaded_models), vram_available_gb=vram_available_gb, second_copy_backlog=second_copy_backlog)
+        params.update(gpu_devices if gpu_devices is not None else NO_DEVICES)
     return queries.claim_query(table, claim_order, with_affinity), params
 
 

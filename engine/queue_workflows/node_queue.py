@@ -21,7 +21,7 @@ from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueW
 from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.jobstore import Claimant, Row
-from queue_workflows.payloads import check_text, clean_text, json_object, shown
+from queue_workflows.payloads import check_gpus, check_text, check_vram_gb, clean_text, json_object, shown
 from queue_workflows.queries import JobTable
 from queue_workflows.settings import QUEUE_NAME_RE, RESERVED_QUEUES
 
@@ -209,9 +209,14 @@ def enqueue_node_job(
     concurrency_key: str | None = None,
     check_callable: bool = True,
     tenant: str = DEFAULT_TENANT,
+    vram_gb: float | None = None,
+    gpus: int = 1,
     conn: db.Conn | None = None,
 ) -> Row:
     """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
+
+    `vram_gb`: GPU memory the job needs beyond its model's, on each of its `gpus` devices (docs/gpu.md,
+    "Several jobs per GPU").
 
     `tenant` is the job's (docs/flow_control.md); a job with a `run_id` takes its run's instead.
     `node_module` (else `node_name`) names a module exposing `run(inputs)` under the allowed
@@ -241,6 +246,8 @@ def enqueue_node_job(
         "retry_policy": _checked_policy(retry_policy),
         "concurrency_key": check_concurrency_key(concurrency_key),
         "tenant": check_tenant(tenant),
+        "vram_gb": check_vram_gb(vram_gb),
+        "gpus": check_gpus(gpus),
     }
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing
     if check_callable:
@@ -280,7 +287,7 @@ def table_for(queue: object) -> JobTable:
 
 def claim_statement(
     table: JobTable, queue: str, claimant: Claimant, *, current_model: str | None = None, loaded_models: Sequence[str] = (),
-    vram_available_gb: float | None = None,
+    vram_available_gb: float | None = None, gpu_devices: Mapping[str, Any] | None = None,
 ) -> jobstore.Statement:
     """The claim for `queue` in `table` under this host's settings; gpu claims prefer jobs for `current_model`."""
     if table == NODE_TABLE:
@@ -300,6 +307,7 @@ def claim_statement(
         vram_available_gb=vram_available_gb,
         second_copy_backlog=settings.gpu_second_copy_backlog,
         aging_seconds=settings.claim_aging_seconds,
+        gpu_devices=gpu_devices,
     )
 
 

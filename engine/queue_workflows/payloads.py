@@ -157,3 +157,19 @@ def json_object(value: Any, *, what: str, max_bytes: int, allow_none: bool = Fal
         return text
 
     return Jsonb(value, dumps=_already_dumped)
+
+
+def check_vram_gb(value: Any) -> float | None:
+    """A gpu job's own working memory in GB (docs/gpu.md, "Several jobs per GPU"); None: none declared."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100_000:
+        raise InvalidPayloadError(f"vram_gb must be a number of GB from 0 to 100000, not {shown(value)}")
+    return float(value)
+
+
+def check_gpus(value: Any) -> int:
+    """How many devices a gpu job needs at once, on one host."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise InvalidPayloadError(f"gpus must be a whole number of devices from 1 to 64, not {shown(value)}")
+    return value

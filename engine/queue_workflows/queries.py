@@ -61,12 +61,14 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     order: list[sql.Composable] = [PRIORITY_ORDER[claim_order]]
     plan: sql.Composable = sql.SQL("")
     routing: sql.Composable = sql.SQL("")
+    reserve: sql.Composable = sql.SQL("")
     if with_affinity:  # a gpu worker: its sole models, then warm ones, then what its plan allows (gpu_routing)
         plan = sql.SQL(_GPU["gpu_claim_plan"] + "\n").format(table=sql.Identifier(table), head_order=HEAD_ORDER[claim_order])
         order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
         routing = sql.SQL(_GPU["gpu_routing"])
+        reserve = sql.SQL(_GPU["gpu_reserve"] + "\n")
     order.append(CREATED_ORDER)
     return sql.SQL(_WORKER["claim_job"]).format(
-        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing,
+        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing, reserve=reserve,
         clear_unassignable=sqlfile.clear_unassignable(table), **fair_fragments(table, claim_order),
     )

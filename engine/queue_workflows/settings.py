@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     memory_check_seconds: float = Field(default=5.0, gt=0)
     # A gpu job's peak VRAM is sampled through the job this often (docs/gpu.md, "GPU memory by default").
     gpu_vram_sample_seconds: float = Field(default=0.5, gt=0, le=60)
+    # Several jobs per GPU (docs/gpu.md): VRAM a claim leaves unreserved on each device, for the
+    # CUDA contexts and fragmentation no estimate covers.
+    gpu_vram_margin_gb: float = Field(default=1.0, ge=0, le=1000)
 
     schedule_timezone: str = Field(default="UTC", description="IANA zone the schedule's minutes and hours are read in")
     schedule_misfire_grace_seconds: float = Field(default=60.0, gt=0)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from queue_workflows import model_registry
+from queue_workflows.gpu.devices import current_device, current_devices, device_env
 
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -15,9 +16,13 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
     With `vram_wave: [high, low]` (bytes) and a fake NVML (tests/support/fake_nvml), the job holds
     `high` until the worker has sampled it twice (at most 10 s), then drops to `low` and returns.
     """
+    if "hold_gb" in inputs:
+        _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"))
     time.sleep(float(inputs.get("sleep", 0)))
     if "vram_wave" in inputs:
         _vram_wave(*inputs["vram_wave"])
+    if inputs.get("report_devices"):  # tests/gpu/test_gpu_packing.py: what a multi-GPU job sees
+        return {"model": model_registry.current(), "devices": list(current_devices()), "env": device_env()}
     return {"model": model_registry.current()}
 
 
@@ -33,6 +38,24 @@ def _vram_wave(high: int, low: int) -> None:
     pynvml.set_process_memory(path, os.getpid(), low)
 
 
+def _hold(gb: float, seconds: float, spans: str | None, until: str | None) -> None:
+    """Hold `gb` on the fake device 0 for `seconds` (or until the file `until` exists), appending the span to the file `spans`."""
+    import json
+
+    import pynvml  # the fake, on this worker's PYTHONPATH
+
+    path = os.environ["QW_FAKE_NVML"]
+    start = time.time()
+    pynvml.set_process_memory(path, os.getpid(), int(gb * (1 << 30)))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (until and os.path.exists(until)):
+        time.sleep(0.02)
+    pynvml.set_process_memory(path, os.getpid(), 0)
+    if spans:
+        with open(spans, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "gb": gb, "start": start, "end": time.time(), "device": current_device()}) + "\n")
+
+
 def _broken() -> Any:
     raise RuntimeError("weights not found")
 
@@ -40,6 +63,8 @@ def _broken() -> Any:
 def register_models() -> None:
     model_registry.register(model_registry.ModelSpec("warm", lambda: {"model": "warm"}, est_vram_gb=1))
     model_registry.register(model_registry.ModelSpec("broken", _broken, est_vram_gb=1))
+    for name, gb in (("a8", 8), ("b8", 8), ("c8", 8), ("a12", 12), ("b12", 12)):  # tests/gpu/test_gpu_packing.py
+        model_registry.register(model_registry.ModelSpec(name, lambda name=name: {"model": name}, est_vram_gb=gb))
 
 
 model_registry.set_builtin_model_registrar(register_models)

@@ -74,7 +74,7 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
     for order in ("highest_first", "lowest_first"):
         for affinity in (True, False):
             text = queries.claim_query("ingest_jobs", order, affinity).as_string(None)
-            # The gpu plan, the fair order and a tenant's bands are fixed fragments of their own, the only other places that order.
+            # The gpu plan and reservation, the fair order and a tenant's bands are fixed fragments of their own, the only other places that order.
             for part in ("fair", "bands"):
                 fragment = queries.fair_fragments("ingest_jobs", order)[part].as_string(None)
                 assert fragment in text
@@ -84,6 +84,8 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
                                                                      head_order=queries.HEAD_ORDER[order]).as_string(None)
                 assert text.startswith("WITH RECURSIVE " + plan)
                 text = text[len("WITH RECURSIVE " + plan):]
+                assert _GPU["gpu_reserve"] in text  # the VRAM reservation's device pick, a fixed fragment too
+                text = text.replace(_GPU["gpu_reserve"], "")
             assert text.count("ORDER BY") == 1
             order_by = text.split("ORDER BY", 1)[1].split("FOR UPDATE", 1)[0]
             allowed = {"priority", "DESC", "ASC", "id", "(required_model", "IS", "NOT", "DISTINCT", "FROM", "%(current_model)s)", ",",

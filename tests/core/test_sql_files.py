@@ -22,7 +22,7 @@ PACKAGE_DIRS = {"queue_workflows": ROOT / "engine/queue_workflows", "qw_services
 CODE_DIRS = [ROOT / "engine", ROOT / "services", ROOT / "examples", ROOT / "tests", ROOT / "benchmarks"]
 JOB_TABLES = ("ingest_jobs", "workflow_node_jobs")
 # Fragments of the claim (queries.claim_query), checked inside every claim it composes.
-CLAIM_FRAGMENTS = {"claim_job", "gpu_claim_plan", "gpu_routing", "claim_batch", "fair_order", "fair_bands", "fair_charge"}
+CLAIM_FRAGMENTS = {"claim_job", "gpu_claim_plan", "gpu_routing", "gpu_reserve", "claim_batch", "fair_order", "fair_bands", "fair_charge"}
 PARAM = re.compile(r"%\((\w+)\)s")
 
 

@@ -290,7 +290,7 @@ def test_available_vram_counts_what_the_workers_own_models_would_give_back(datab
     assert side.vram_available_gb() == 10
     side.cache.acquire("six")
     assert side.vram_available_gb() == 16
-    assert side.heartbeat_fields() == {"loaded_models": ["six"], "swapping": False, "vram_total_gb": 10, "vram_free_gb": 10}
+    assert side.heartbeat_fields() == {"loaded_models": ["six"], "swapping": False, "vram_total_gb": 10, "vram_free_gb": 10, "gpu_devices": None}
 
 
 def live_gpu_worker(conn, database_url, name: str, key: int, total_gb: float):

@@ -58,9 +58,9 @@ SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, erro
 -- name: dag_insert_node
 -- Never twice: the unique (run_id, node_name) makes a repeated dispatch insert nothing.
 INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, status, priority, required_model,
-                                inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, finished_at)
+                                inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, gpus, vram_gb, finished_at)
 VALUES (%(run_id)s, %(node_name)s, %(node_module)s, %(queue)s, %(status)s, %(priority)s, %(required_model)s,
-        %(inputs)s, %(input_refs)s, %(max_attempts)s, %(budget_seconds)s, %(retry_policy)s, %(concurrency_key)s,
+        %(inputs)s, %(input_refs)s, %(max_attempts)s, %(budget_seconds)s, %(retry_policy)s, %(concurrency_key)s, %(gpus)s, %(vram_gb)s,
         CASE WHEN %(status)s = 'skipped' THEN now() END)
 ON CONFLICT (run_id, node_name) DO NOTHING;
 

@@ -45,7 +45,7 @@ POLICY_KEYS = ("timeout", "retry_backoff", "retry_on", "no_retry_on")  # a node'
 TIMER_KEYS = ("for", "until", "key", "timeout", "default")
 MAP_KEYS = frozenset({"over", "item_input", "max_parallel", "allow_failures"})  # only a "map" node takes these (dag/map.py)
 NODE_KEYS = frozenset({"id", "call", "module", "queue", "model", "deps", "inputs", "skip_if", "max_attempts", "budget_seconds", "kind",
-                       "workflow", "concurrency_key", *POLICY_KEYS, *TIMER_KEYS})
+                       "workflow", "concurrency_key", "gpus", "vram_gb", *POLICY_KEYS, *TIMER_KEYS})
 TIMER_KINDS = ("sleep", "wait_event")  # held 'waiting' by the orchestrator's timekeeper, no worker
 # An "input" node runs nothing: it waits for a submitted value (awaiting_input); a "workflow" node
 # starts a child run of `workflow` (a name for the provider, or a definition) and waits for it
@@ -91,6 +91,8 @@ class Node:
     max_parallel: Any = None
     allow_failures: Any = False
     concurrency_key: Any = None  # its job's key under a flow limit (docs/flow_control.md)
+    gpus: Any = 1  # a gpu node's devices at once, and its own VRAM beyond its model's (docs/gpu.md, "Several jobs per GPU")
+    vram_gb: Any = None
 
     @property
     def is_input(self) -> bool:
@@ -121,6 +123,10 @@ class Node:
         data["max_attempts"] = self.max_attempts
         if self.budget_seconds is not None:
             data["budget_seconds"] = self.budget_seconds
+        if self.gpus != 1:
+            data["gpus"] = self.gpus
+        if self.vram_gb is not None:
+            data["vram_gb"] = self.vram_gb
         if self.kind != "task":
             data["kind"] = self.kind
         data.update((key, getattr(self, key)) for key in POLICY_KEYS if getattr(self, key) is not None)
@@ -159,6 +165,8 @@ class Workflow:
         retry_on: Iterable[str] | None = None,
         no_retry_on: Iterable[str] | None = None,
         concurrency_key: str | None = None,
+        gpus: int = 1,
+        vram_gb: float | None = None,
     ) -> Workflow:
         """Add a node; `input=True` makes it an input step (no `call`: it waits for `submit_input`).
 
@@ -168,7 +176,7 @@ class Workflow:
         self.nodes.append(
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "input" if input is True else "task" if input is False else input, timeout=timeout, retry_backoff=retry_backoff,
-                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on), concurrency_key=concurrency_key)
+                 retry_on=_listed(retry_on), no_retry_on=_listed(no_retry_on), concurrency_key=concurrency_key, gpus=gpus, vram_gb=vram_gb)
         )
         return self
 
@@ -230,6 +238,8 @@ class Workflow:
         retry_on: Iterable[str] | None = None,
         no_retry_on: Iterable[str] | None = None,
         concurrency_key: str | None = None,
+        gpus: int = 1,
+        vram_gb: float | None = None,
     ) -> Workflow:
         """Add a map node: `call` runs once per item of `over` (a list or a `$from` reference), the item as `item_input`.
 
@@ -240,7 +250,7 @@ class Workflow:
             Node(id, callable_spec(call), queue, model, deps_tuple, dict(inputs or {}), skip_if, max_attempts, budget_seconds,
                  "map", timeout, retry_backoff, _listed(retry_on), _listed(no_retry_on),
                  over=over, item_input=item_input, max_parallel=max_parallel, allow_failures=allow_failures,
-                 concurrency_key=concurrency_key)
+                 concurrency_key=concurrency_key, gpus=gpus, vram_gb=vram_gb)
         )
         return self
 
@@ -291,6 +301,8 @@ class Workflow:
                     max_parallel=raw.get("max_parallel"),
                     allow_failures=raw.get("allow_failures", False),
                     concurrency_key=raw.get("concurrency_key"),
+                    gpus=raw.get("gpus", 1),
+                    vram_gb=raw.get("vram_gb"),
                 )
             )
         return cls(name, nodes)

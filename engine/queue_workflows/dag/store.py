@@ -259,6 +259,7 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
             "status": status, "priority": run["priority"], "required_model": node.model,
             "inputs": Jsonb(inputs), "input_refs": Jsonb(late), "max_attempts": node.max_attempts,
             "budget_seconds": node.budget_seconds, "retry_policy": _policy(node), "concurrency_key": node.concurrency_key,
+            "gpus": node.gpus, "vram_gb": node.vram_gb,
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)

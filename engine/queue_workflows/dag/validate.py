@@ -14,7 +14,7 @@ from queue_workflows.dag import refs, timers
 from queue_workflows.dag.definition import KINDS, POLICY_KEYS, Node, Workflow, WorkflowValidationError, as_workflow, check_workflow_name
 from queue_workflows.dag.hooks import UnresolvableCallableError, check_allowed_calls, load_definition, resolve_callable, resolve_ref
 from queue_workflows.errors import InvalidPayloadError
-from queue_workflows.payloads import check_json_tree, shown
+from queue_workflows.payloads import check_gpus, check_json_tree, check_vram_gb, shown
 
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 QUEUES = ("cpu", "gpu")
@@ -124,6 +124,8 @@ def _check_node(name: str, node: Node) -> None:
         raise WorkflowValidationError(f"{where}: a gpu node needs a model (model=...)")
     if node.queue == "cpu" and node.model is not None:
         raise WorkflowValidationError(f"{where}: a cpu node cannot require a model (got {node.model!r}); use queue='gpu'")
+    if node.gpus != 1 or node.vram_gb is not None:
+        _check_gpu_sizes(where, node)
     if not all(isinstance(d, str) for d in node.deps):
         raise WorkflowValidationError(f"{where}: deps must be node ids, not {list(node.deps)!r}")
     if len(set(node.deps)) != len(node.deps):
@@ -285,3 +287,14 @@ def topological_order(wf: Workflow) -> list[str]:
     if len(order) != len(wf.nodes):
         raise WorkflowValidationError(f"workflow {wf.name!r}: cycle among {sorted(set(index) - set(order))}")
     return order
+
+
+def _check_gpu_sizes(where: str, node: Node) -> None:
+    """`gpus` and `vram_gb` size a gpu node's VRAM reservation (docs/gpu.md, "Several jobs per GPU")."""
+    if node.queue != "gpu" or not node.runs_code:
+        raise WorkflowValidationError(f"{where}: only a gpu node takes 'gpus' or 'vram_gb' (use queue='gpu')")
+    try:
+        check_gpus(node.gpus)
+        check_vram_gb(node.vram_gb)
+    except InvalidPayloadError as exc:
+        raise WorkflowValidationError(f"{where}: {exc}") from None

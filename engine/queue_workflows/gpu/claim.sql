@@ -17,7 +17,26 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 -- name: gpu_routing
 -- A gpu worker's claim filter (docs/gpu.md, "Routing"): only the plan's candidates, the next job
 -- of each model it holds or may load and of the jobs needing no model; ORDER BY picks among them.
+-- Then admission by VRAM ("Several jobs per GPU"): a worker that names its devices claims only a
+-- job that fits `gpus` of them at once (gpu_room); gpu_reserve repeats the test to pick them.
 AND c.id = ANY(ARRAY(SELECT cd.id FROM candidates AS cd))
+AND (cardinality(%(gpu_uuids)s::text[]) = 0
+     OR (SELECT count(*) FROM gpu_room AS r, LATERAL (SELECT qw_gpu_job_need_gb(c.required_model, c.vram_gb) AS gb) AS need
+          WHERE CASE WHEN need.gb IS NULL THEN r.unused
+                     ELSE need.gb <= r.room AND (r.free_gb IS NULL OR need.gb <= r.free_gb) END) >= c.gpus)
+
+-- name: gpu_reserve
+-- The claimed row's reservation, in the claim's SET: the `gpus` devices it fits with the least
+-- room left (best fit keeps room whole for a large job), reserving its need on each, or each
+-- whole device when the need is unknown (such a job runs alone there). Both NULL for a worker
+-- that names no device.
+(gpu_devices, vram_reserved_gb) = (
+    SELECT array_agg(pick.uuid ORDER BY pick.room, pick.uuid), max(pick.gb)
+      FROM (SELECT r.uuid, r.room, coalesce(need.gb, r.total_gb) AS gb
+              FROM gpu_room AS r, LATERAL (SELECT qw_gpu_job_need_gb(j.required_model, j.vram_gb) AS gb) AS need
+             WHERE CASE WHEN need.gb IS NULL THEN r.unused
+                        ELSE need.gb <= r.room AND (r.free_gb IS NULL OR need.gb <= r.free_gb) END
+             ORDER BY r.room, r.uuid LIMIT j.gpus) AS pick),
 
 -- name: gpu_claim_plan
 -- The first CTEs of a gpu worker's claim (docs/gpu.md, "Routing"), before claim_job's own. `plan` is one row, computed
@@ -101,6 +120,16 @@ queued_models AS (
      (SELECT q.id FROM {table} AS q
        WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NULL
        ORDER BY q.required_model, {head_order} LIMIT 1)
+ ), gpu_room AS MATERIALIZED (
+     -- The worker's devices (docs/gpu.md, "Several jobs per GPU"): room is the total less the
+     -- margin and the running rows' reservations there; free_gb is what NVML read as free (plus
+     -- what this worker's own idle models would give back). The claims are serialized
+     -- (serialize_gpu_claims), so this sum sees every earlier claim committed.
+     SELECT d.uuid, d.total_gb, d.free_gb,
+            d.total_gb - %(vram_margin_gb)s::float8
+              - coalesce((SELECT sum(r.vram_reserved_gb) FROM {table} AS r WHERE r.status = 'running' AND r.gpu_devices @> ARRAY[d.uuid]), 0) AS room,
+            NOT EXISTS (SELECT FROM {table} AS r WHERE r.status = 'running' AND r.gpu_devices @> ARRAY[d.uuid]) AS unused
+       FROM unnest(%(gpu_uuids)s::text[], %(gpu_total_gb)s::float8[], %(gpu_free_gb)s::float8[]) AS d(uuid, total_gb, free_gb)
  ),
 
 -- name: upsert_gpu_model

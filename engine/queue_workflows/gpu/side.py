@@ -8,8 +8,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from queue_workflows.common import sqlfile
-from queue_workflows.gpu import registry
+from queue_workflows.gpu import devices, registry
 from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
 from queue_workflows.jobrow import NodeJob
 
@@ -35,6 +37,8 @@ class GpuSide:
         )
         self.cpu_fallback = bool(settings.gpu_cpu_fallback)
         self.free_override: float | None = settings.gpu_free_vram_gb
+        self.margin_gb = float(settings.gpu_vram_margin_gb)
+        self.devices: list[devices.Device] = []  # at the last look; empty: no VRAM admission
         self.probe = probe
         self.refusal: str | None = None
         self._unknown_warned: set[str] = set()
@@ -45,6 +49,7 @@ class GpuSide:
         registry.ensure_builtin_models()
         samples = self.probe()
         self._vram = self._measure(samples)
+        self.devices = devices.from_samples(samples, free_override=self.free_override)
         if self.cpu_fallback:
             log.warning("QW_GPU_CPU_FALLBACK is set: gpu jobs run on this worker whether or not it has a GPU")
             return
@@ -70,18 +75,30 @@ class GpuSide:
         free = self._vram[1]
         if free is None:
             return None
-        held = 0.0
-        for model_id in self.cache.loaded():
-            est = registry.get(model_id).est_vram_gb
-            held += est or 0.0
-        return free + held
+        return free + self._own_held_gb()
 
     def heartbeat_fields(self) -> dict[str, Any]:
         """For the heartbeat (the beat thread, every heartbeat): warm models, swapping, VRAM re-measured."""
-        self._vram = self._measure(self.probe())
+        samples = self.probe()
+        self._vram = self._measure(samples)
+        self.devices = devices.from_samples(samples, free_override=self.free_override)
         total, free = self._vram
         return {"loaded_models": self.loaded(), "swapping": self.cache.swapping,
-                "vram_total_gb": None if total is None else round(total, 3), "vram_free_gb": None if free is None else round(free, 3)}
+                "vram_total_gb": None if total is None else round(total, 3), "vram_free_gb": None if free is None else round(free, 3),
+                "gpu_devices": Jsonb([d.published() for d in self.devices]) if self.devices else None}
+
+    def claim_devices(self) -> dict[str, Any]:
+        """The claim's device parameters, re-read now: the free figure is NVML's at this claim, not the last heartbeat's.
+
+        A worker whose probe found no device with a UUID and a total (CPU fallback) names none and
+        claims as before, without VRAM admission; it is not probed again per claim.
+        """
+        if self.devices:
+            self.devices = devices.from_samples(self.probe(), free_override=self.free_override) or self.devices
+        return devices.claim_params(self.devices, margin_gb=self.margin_gb, own_idle_gb=self._own_held_gb())
+
+    def _own_held_gb(self) -> float:
+        return sum(registry.get(model_id).est_vram_gb or 0.0 for model_id in self.cache.loaded())
 
     def publish_models(self, conn: Any) -> None:
         """Record each registered model's VRAM estimate, for routing and the unassignable check."""

@@ -28,6 +28,7 @@ from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.throttle import Marks, Throttle
 from queue_workflows.dag import execute
 from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
+from queue_workflows.gpu.devices import on_devices
 from queue_workflows.gpu.side import GpuSide
 from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.payloads import clean_text
@@ -219,7 +220,8 @@ class ClaimWorker:
         if self.gpu is None:
             return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
         return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model,
-                                           loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb())
+                                           loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb(),
+                                           gpu_devices=self.gpu.claim_devices())
 
     def _claim_once(self, conn: Any) -> Job | None:
         statements = self._claim_statements()
@@ -269,7 +271,7 @@ class ClaimWorker:
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
         if acquired is not None and not acquired.hit:
             self.beat.models_changed()
-        with using(acquired.model if acquired else None):
+        with using(acquired.model if acquired else None), on_devices(job.gpu_devices):
             return run_node_job(job, execute.load_context(job, url=self.url)), acquired
 
     def _store_outcome(

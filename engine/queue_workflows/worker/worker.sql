@@ -10,10 +10,11 @@
 -- The flow_limits lines are the admission (docs/flow_control.md): on a queue with no limit each is
 -- one probe of an empty index, paid once per claim; otherwise a candidate's key must not be among
 -- the queue's full keys (qw_flow_blocked, computed once per claim) and the trigger qw_flow_admit
--- has the last word. {clear_unassignable}: sqlfile.clear_unassignable (empty for ingest_jobs).
+-- has the last word. {clear_unassignable}: sqlfile.clear_unassignable (empty for ingest_jobs);
+-- {reserve}: a routed gpu claim's VRAM reservation (gpu/claim.sql, gpu_reserve), else empty.
 WITH RECURSIVE {plan}{fair}, claimed AS (
 UPDATE {table} AS j
-   SET status = 'running', {clear_unassignable}
+   SET status = 'running', {clear_unassignable} {reserve}
        claimed_by = %(worker_id)s,
        claim_lock_key = %(lock_key)s,
        attempts = j.attempts + 1,
@@ -62,12 +63,13 @@ SELECT pg_advisory_unlock(%(baton_namespace)s::integer, hashtext(%(queue)s)) AS 
 
 -- name: upsert_heartbeat
 INSERT INTO worker_heartbeats (worker_id, host_label, queue, pid, lock_key, state, current_job_id, loaded_models, swapping,
-                               vram_total_gb, vram_free_gb, last_seen)
+                               vram_total_gb, vram_free_gb, gpu_devices, last_seen)
 VALUES (%(worker_id)s, %(host_label)s, %(queue)s, %(pid)s, %(lock_key)s, %(state)s, %(current_job_id)s,
-        %(loaded_models)s::text[], %(swapping)s, %(vram_total_gb)s, %(vram_free_gb)s, now())
+        %(loaded_models)s::text[], %(swapping)s, %(vram_total_gb)s, %(vram_free_gb)s, %(gpu_devices)s::jsonb, now())
 ON CONFLICT (worker_id) DO UPDATE
    SET state = EXCLUDED.state, current_job_id = EXCLUDED.current_job_id, loaded_models = EXCLUDED.loaded_models,
        swapping = EXCLUDED.swapping, vram_total_gb = EXCLUDED.vram_total_gb, vram_free_gb = EXCLUDED.vram_free_gb,
+       gpu_devices = EXCLUDED.gpu_devices,
        lock_key = EXCLUDED.lock_key, last_seen = now(), last_flagged_dead_at = NULL;
 
 -- name: delete_heartbeat

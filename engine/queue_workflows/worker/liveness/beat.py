@@ -42,7 +42,7 @@ _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 log = logging.getLogger(__name__)
 
-NO_GPU_FIELDS = {"loaded_models": [], "swapping": False, "vram_total_gb": None, "vram_free_gb": None}
+NO_GPU_FIELDS = {"loaded_models": [], "swapping": False, "vram_total_gb": None, "vram_free_gb": None, "gpu_devices": None}
 REVOKED_CHANNEL = "qw_job_revoked"
 CONTROL_CHANNEL = "qw_worker_control"
 
