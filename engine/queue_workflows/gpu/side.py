@@ -76,6 +76,11 @@ class GpuSide:
             held += est or 0.0
         return free + held
 
+    def free_gb(self) -> float | None:
+        """What is free on this worker's GPUs now (re-measured), in GB; None: unknown."""
+        self._vram = self._measure(self.probe())
+        return self._vram[1]
+
     def heartbeat_fields(self) -> dict[str, Any]:
         """For the heartbeat (the beat thread, every heartbeat): warm models, swapping, VRAM re-measured."""
         self._vram = self._measure(self.probe())
