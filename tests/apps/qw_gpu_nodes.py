@@ -37,7 +37,8 @@ def _out_of_memory(how: str, hold: int, runs_file: str) -> None:
     _vram_wave(hold, hold)
     if how == "raise":
         raise OutOfMemoryError("Tried to allocate 30.00 GiB")
-    script = "import sys; sys.stderr.write('RuntimeError: CUDA out of memory. Tried to allocate 30.00 GiB\\n'); sys.exit(1)"
+    # The pattern is assembled in the child, so only its output (not the command line) says it.
+    script = "import sys; sys.stderr.write('RuntimeError: CUDA out of ' + 'memory. Tried to allocate 30.00 GiB\\n'); sys.exit(1)"
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
 
 
