@@ -5,6 +5,7 @@ need is raised, and a second OOM fails the job."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -118,3 +119,20 @@ def test_an_oom_of_a_job_without_a_model_requeues_it_once_and_a_second_fails_it(
     last = conn.execute("SELECT * FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()
     assert (last["status"], last["attempts"]) == ("failed", 1)
     assert last["error"].startswith("GPU out of memory again after its one uncharged requeue")
+
+
+def test_qw_models_shows_declared_learned_with_samples_and_the_need_used(database_url, conn, monkeypatch, capsys):
+    from qw_services import cli
+
+    monkeypatch.setenv("QW_DATABASE_URL", database_url)
+    monkeypatch.delenv("QW_APP", raising=False)
+    queue_workflows.config.reset()
+    conn.execute("INSERT INTO gpu_models (model_id, est_vram_gb) VALUES ('emb', 8), ('fresh', 3)")
+    completed(conn, "emb", [5] * 6)
+    assert cli.main(["models", "--json"]) == 0
+    rows = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {m: (r["declared_gb"], r["learned_gb"], r["samples"], r["need_gb"]) for m, r in rows.items()} == {
+        "emb": (8, 5, 6, 5), "fresh": (3, None, 0, 3)}
+    assert cli.main(["models"]) == 0
+    table = capsys.readouterr().out
+    assert "learned GB" in table and "8.00" in table and "5.00" in table, table
