@@ -48,6 +48,9 @@ def test_the_need_is_the_declared_estimate_until_five_samples_then_the_p95_of_th
     assert need(conn, "emb") == pytest.approx(4)
     [row] = model_needs(conn=conn)
     assert (row["declared_gb"], row["learned_gb"], row["samples"], row["need_gb"]) == (8, pytest.approx(4), 50, pytest.approx(4))
+    # a worker's role completes jobs (the trigger writes both tables) and raises a need after an OOM
+    for table in ("gpu_task_vram", "gpu_models"):
+        assert conn.execute("SELECT has_table_privilege('qw_worker', %s, 'INSERT, UPDATE') AS ok", (table,)).fetchone()["ok"]
 
 
 def test_a_model_needs_what_its_hungriest_task_needs_and_an_undeclared_model_learns_too(conn):
