@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0043 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0044 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -254,6 +254,7 @@ CREATE TABLE public.ingest_jobs (
     flow_scope text,
     flow_key text,
     tenant text DEFAULT 'default'::text NOT NULL,
+    oom_requeued boolean DEFAULT false NOT NULL,
     CONSTRAINT ingest_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
@@ -311,6 +312,7 @@ CREATE TABLE public.workflow_node_jobs (
     gpus integer DEFAULT 1 NOT NULL,
     gpu_devices text[],
     vram_reserved_gb double precision,
+    oom_requeued boolean DEFAULT false NOT NULL,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT workflow_node_jobs_gpus_range CHECK (((gpus >= 1) AND (gpus <= 64))),
@@ -386,10 +388,45 @@ CREATE FUNCTION public.qw_gpu_job_need_gb(model text, own_gb double precision) R
     SELECT CASE WHEN model IS NULL THEN own_gb ELSE qw_gpu_need_gb(model) + coalesce(own_gb, 0) END
 $$;
 
+CREATE FUNCTION public.qw_gpu_learn() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    task_of text := qw_gpu_task(NEW.node_module, NEW.node_name);
+    win record;
+BEGIN
+    SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY w.peak_vram_bytes) / 2^30 AS p95, count(*) AS n, min(w.finished_at) AS oldest
+      INTO win
+      FROM (SELECT j.peak_vram_bytes, j.finished_at FROM workflow_node_jobs AS j
+             WHERE j.required_model = NEW.required_model AND qw_gpu_task(j.node_module, j.node_name) = task_of
+               AND j.status = 'completed' AND j.peak_vram_bytes IS NOT NULL
+             ORDER BY j.finished_at DESC LIMIT 50) AS w;
+    INSERT INTO gpu_task_vram AS t (model_id, task, p95_gb, samples, oldest_at)
+    VALUES (NEW.required_model, task_of, win.p95, win.n, win.oldest)
+    ON CONFLICT (model_id, task) DO UPDATE
+       SET p95_gb = EXCLUDED.p95_gb, samples = EXCLUDED.samples, oldest_at = EXCLUDED.oldest_at, updated_at = now();
+    INSERT INTO gpu_models AS m (model_id, learned_vram_gb, learned_samples)
+    SELECT NEW.required_model, max(t.p95_gb) FILTER (WHERE t.samples >= 5), sum(t.samples)
+      FROM gpu_task_vram AS t WHERE t.model_id = NEW.required_model
+    ON CONFLICT (model_id) DO UPDATE
+       SET learned_vram_gb = EXCLUDED.learned_vram_gb, learned_samples = EXCLUDED.learned_samples,
+           oom_need_gb = CASE WHEN win.n >= 50 AND win.oldest > m.oom_at THEN NULL ELSE m.oom_need_gb END,
+           oom_at = CASE WHEN win.n >= 50 AND win.oldest > m.oom_at THEN NULL ELSE m.oom_at END,
+           updated_at = now();
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION public.qw_gpu_need_gb(model text) RETURNS double precision
     LANGUAGE sql STABLE
     AS $$
-    SELECT g.est_vram_gb FROM gpu_models AS g WHERE g.model_id = model
+    SELECT greatest(coalesce(m.learned_vram_gb, m.est_vram_gb), m.oom_need_gb) FROM gpu_models AS m WHERE m.model_id = model
+$$;
+
+CREATE FUNCTION public.qw_gpu_task(node_module text, node_name text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce(node_module || '/', '') || node_name
 $$;
 
 CREATE FUNCTION public.qw_node_run_tenant() RETURNS trigger
@@ -582,7 +619,22 @@ CREATE TABLE public.gpu_models (
     model_id text NOT NULL,
     est_vram_gb double precision,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT gpu_models_est_vram_gb_check CHECK ((est_vram_gb >= (0)::double precision))
+    learned_vram_gb double precision,
+    learned_samples integer DEFAULT 0 NOT NULL,
+    oom_need_gb double precision,
+    oom_at timestamp with time zone,
+    CONSTRAINT gpu_models_est_vram_gb_check CHECK ((est_vram_gb >= (0)::double precision)),
+    CONSTRAINT gpu_models_learned_vram_gb_check CHECK ((learned_vram_gb >= (0)::double precision)),
+    CONSTRAINT gpu_models_oom_need_gb_check CHECK ((oom_need_gb >= (0)::double precision))
+);
+
+CREATE TABLE public.gpu_task_vram (
+    model_id text NOT NULL,
+    task text NOT NULL,
+    p95_gb double precision NOT NULL,
+    samples integer NOT NULL,
+    oldest_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 CREATE TABLE public.host_metrics (
@@ -917,6 +969,9 @@ ALTER TABLE ONLY public.gpu_claim_turns
 ALTER TABLE ONLY public.gpu_models
     ADD CONSTRAINT gpu_models_pkey PRIMARY KEY (model_id);
 
+ALTER TABLE ONLY public.gpu_task_vram
+    ADD CONSTRAINT gpu_task_vram_pkey PRIMARY KEY (model_id, task);
+
 ALTER TABLE ONLY public.host_metrics
     ADD CONSTRAINT host_metrics_pkey PRIMARY KEY (host_label);
 
@@ -1036,6 +1091,8 @@ CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING b
 
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
 
+CREATE INDEX workflow_node_jobs_vram_samples_idx ON public.workflow_node_jobs USING btree (required_model, public.qw_gpu_task(node_module, node_name), finished_at DESC) WHERE ((status = 'completed'::text) AND (peak_vram_bytes IS NOT NULL));
+
 CREATE INDEX workflow_node_jobs_waiting_maps_idx ON public.workflow_node_jobs USING btree (run_id) WHERE ((status = 'waiting'::text) AND (map_total IS NOT NULL));
 
 CREATE INDEX workflow_node_jobs_wake_idx ON public.workflow_node_jobs USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
@@ -1083,6 +1140,8 @@ CREATE TRIGGER workflow_node_jobs_dispatch_event AFTER UPDATE OF status ON publi
 CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'running'::text) AND (old.status <> 'running'::text) AND (new.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_admit();
 
 CREATE TRIGGER workflow_node_jobs_flow_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
+
+CREATE TRIGGER workflow_node_jobs_gpu_learn AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'completed'::text) AND (old.status <> 'completed'::text) AND (new.required_model IS NOT NULL) AND (new.peak_vram_bytes IS NOT NULL))) EXECUTE FUNCTION public.qw_gpu_learn();
 
 CREATE TRIGGER workflow_node_jobs_parent_node_ended AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (old.status = 'waiting'::text) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))) EXECUTE FUNCTION public.qw_parent_node_ended();
 
@@ -1171,6 +1230,12 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_models TO qw_orchestrator;
 GRANT SELECT ON TABLE public.gpu_models TO qw_scheduler;
 GRANT SELECT ON TABLE public.gpu_models TO qw_dashboard;
 GRANT SELECT ON TABLE public.gpu_models TO qw_metrics;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_task_vram TO qw_worker;
+GRANT SELECT ON TABLE public.gpu_task_vram TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.gpu_task_vram TO qw_orchestrator;
+GRANT SELECT ON TABLE public.gpu_task_vram TO qw_dashboard;
+GRANT SELECT ON TABLE public.gpu_task_vram TO qw_scheduler;
 
 GRANT SELECT ON TABLE public.host_metrics TO qw_worker;
 GRANT SELECT ON TABLE public.host_metrics TO qw_orchestrator;

@@ -59,6 +59,7 @@ class JobRow:
     flow_scope: str | None = None  # the limit it was admitted under, stamped by the claim
     flow_key: str | None = None  # the key it was admitted under
     tenant: str = "default"  # whose job it is, for fair share (docs/flow_control.md)
+    oom_requeued: bool = False  # a GPU out-of-memory already requeued it once, uncharged (docs/gpu.md)
 
     table: ClassVar[str]
 

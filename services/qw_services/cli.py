@@ -10,7 +10,7 @@ from queue_workflows import app_loader, db, scheduler
 from queue_workflows.control import commands as worker_control
 from queue_workflows.ops import status
 
-from . import health, keys, ops, tenants
+from . import health, keys, models, ops, tenants
 from .dashboard import service as dashboard_service
 from .tables import print_table, schedule_table, status_table
 
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_commands(sub, [app_too])
     tenants.add_commands(sub, [app_too])
     keys.add_command(sub, [app_too])
+    models.add_command(sub, [app_too])
     return parser
 
 
@@ -117,6 +118,8 @@ def _command(args: argparse.Namespace) -> int:
         return tenants.run(args)
     if args.command == keys.COMMAND:
         return keys.run(args)
+    if args.command == models.COMMAND:
+        return models.run(args)
     return _status(args.json)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -13,6 +15,7 @@ from queue_workflows.gpu.devices import current_device, current_devices, device_
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
     """Returns the model the worker loaded for this job (None for a job that names none), after `sleep` s.
 
+    With `oom: "raise" | "exit"` it runs out of GPU memory after holding `hold` bytes (see _out_of_memory).
     With `vram_wave: [high, low]` (bytes) and a fake NVML (tests/support/fake_nvml), the job holds
     `high` until the worker has sampled it twice (at most 10 s), then drops to `low` and returns.
     """
@@ -21,9 +24,27 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
     time.sleep(float(inputs.get("sleep", 0)))
     if "vram_wave" in inputs:
         _vram_wave(*inputs["vram_wave"])
+    if "oom" in inputs:
+        _out_of_memory(inputs["oom"], inputs["hold"], inputs["runs_file"])
     if inputs.get("report_devices"):  # tests/gpu/test_gpu_packing.py: what a multi-GPU job sees
         return {"model": model_registry.current(), "devices": list(current_devices()), "env": device_env()}
     return {"model": model_registry.current()}
+
+
+class OutOfMemoryError(RuntimeError):
+    """Stands for torch.cuda.OutOfMemoryError, recognised by its name."""
+
+
+def _out_of_memory(how: str, hold: int, runs_file: str) -> None:
+    """Count the run, hold `hold` bytes until sampled, then run out: raise, or as a child script that prints and exits 1."""
+    with open(runs_file, "a") as f:
+        f.write("run\n")
+    _vram_wave(hold, hold)
+    if how == "raise":
+        raise OutOfMemoryError("Tried to allocate 30.00 GiB")
+    # The pattern is assembled in the child, so only its output (not the command line) says it.
+    script = "import sys; sys.stderr.write('RuntimeError: CUDA out of ' + 'memory. Tried to allocate 30.00 GiB\\n'); sys.exit(1)"
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
 
 
 def _vram_wave(high: int, low: int) -> None:

@@ -95,8 +95,8 @@ def test_only_reclaim_and_the_owners_release_or_retry_put_a_running_job_back():
     set_clauses = {b.split()[0]: re.findall(r"\bSET\b(.*?)\bWHERE\b", b, flags=re.DOTALL) for b in blocks}
     requeuers = {name for name, clauses in set_clauses.items() if any(f"'{s}'" in c for c in clauses for s in ("queued", "scheduled"))}
     assert requeuers == {"reclaim_orphans", "release_job", "retry_job", "promote_due_jobs", "watchdog_trip", "operator_retry_job",
-                         "dag_reset_nodes", "map_promote"}
-    for name in ("release_job", "retry_job", "watchdog_trip"):
+                         "dag_reset_nodes", "map_promote", "oom_requeue"}
+    for name in ("release_job", "retry_job", "watchdog_trip", "oom_requeue"):
         block = next(b for b in blocks if b.startswith(name))
         assert "claimed_by = %(worker_id)s AND status = 'running'" in block, f"{name} must only hand back the caller's own job"
     for name in ("operator_retry_job", "dag_reset_nodes"):

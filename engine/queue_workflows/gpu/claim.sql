@@ -42,7 +42,7 @@ AND (cardinality(%(gpu_uuids)s::text[]) = 0
 -- The first CTEs of a gpu worker's claim (docs/gpu.md, "Routing"), before claim_job's own. `plan` is one row, computed
 -- once per claim, naming the models this worker may load, best first (`ranked`), and those of
 -- them no other live worker could fit, when there is another (`sole`). A model must fit this
--- worker's VRAM; one another live worker holds (warm, or running a job for it, which covers a
+-- worker's VRAM (its need, qw_gpu_need_gb: learned, else declared); one another live worker holds (warm, or running a job for it, which covers a
 -- load under way) is left to it unless the queue is deep enough for another copy:
 -- second_copy_backlog jobs per holder and, once the model's recent jobs say how long a job and a
 -- load take, more queued work than one load per holder. Ranked: models fewer other workers can
@@ -64,7 +64,7 @@ queued_models AS (
                       ORDER BY q.required_model, {head_order} LIMIT 1) AS nx
  ), others AS (
      SELECT h.worker_id, h.loaded_models, h.swapping, h.vram_free_gb,
-            coalesce((SELECT sum(g.est_vram_gb) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
+            coalesce((SELECT sum(qw_gpu_need_gb(g.model_id)) FROM gpu_models g WHERE g.model_id = ANY(h.loaded_models)), 0) AS held_gb
        FROM worker_heartbeats h
       WHERE h.queue = %(queue)s AND h.worker_id <> %(worker_id)s AND h.state IN ('idle', 'busy')
         AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
@@ -73,12 +73,12 @@ queued_models AS (
        FROM {table} AS r
       WHERE r.status = 'running' AND r.queue = %(queue)s AND r.required_model IS NOT NULL
  ), scored AS MATERIALIZED (
-     SELECT q.model, q.next_id, m.est_vram_gb,
+     SELECT q.model, q.next_id, qw_gpu_need_gb(q.model) AS need_gb,
             (SELECT count(*) FROM others o
               WHERE (NOT o.swapping AND o.loaded_models @> ARRAY[q.model])
                  OR EXISTS (SELECT 1 FROM running_on ro WHERE ro.worker_id = o.worker_id AND ro.model = q.model)) AS holders,
             (SELECT count(*) FROM others o
-              WHERE o.vram_free_gb IS NULL OR m.est_vram_gb IS NULL OR m.est_vram_gb <= o.vram_free_gb + o.held_gb) AS fitters,
+              WHERE o.vram_free_gb IS NULL OR qw_gpu_need_gb(q.model) IS NULL OR qw_gpu_need_gb(q.model) <= o.vram_free_gb + o.held_gb) AS fitters,
             (SELECT avg(d.wall_seconds) FROM (
                  SELECT f.wall_seconds FROM {table} AS f
                   WHERE f.required_model = q.model AND f.model_hit AND f.finished_at IS NOT NULL
@@ -87,13 +87,13 @@ queued_models AS (
                  SELECT f.model_load_seconds FROM {table} AS f
                   WHERE f.required_model = q.model AND NOT f.model_hit AND f.finished_at IS NOT NULL
                   ORDER BY f.finished_at DESC LIMIT 5) AS d) AS load_seconds
-       FROM queued_models AS q LEFT JOIN gpu_models AS m ON m.model_id = q.model
+       FROM queued_models AS q
  ), needs AS (
      SELECT s.*, s.holders * %(second_copy_backlog)s AS by_copies,
             CASE WHEN s.job_seconds > 0 AND s.load_seconds IS NOT NULL
                  THEN least(floor(s.holders * s.load_seconds / s.job_seconds) + 1, 1000000) ELSE 0 END AS by_work
        FROM scored AS s
-      WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.est_vram_gb, 0) <= %(vram_available_gb)s::float)
+      WHERE (%(vram_available_gb)s::float IS NULL OR coalesce(s.need_gb, 0) <= %(vram_available_gb)s::float)
  ), counted AS (
      SELECT nd.*,
             CASE WHEN nd.holders = 0 THEN NULL
@@ -137,7 +137,7 @@ INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_
 ON CONFLICT (model_id) DO UPDATE SET est_vram_gb = EXCLUDED.est_vram_gb, updated_at = now();
 
 -- name: flag_unassignable
--- Queued gpu jobs whose model needs more VRAM than the largest live gpu worker has get a reason;
+-- Queued gpu jobs whose model needs (qw_gpu_need_gb) more VRAM than the largest live gpu worker has get a reason;
 -- the reason goes when one that fits appears (or a worker claims the job: the claim clears it).
 -- Nothing is decided while no live worker reports VRAM. The status is checked again on the row
 -- updated, so a job claimed while this ran is not flagged after its claim cleared the flag.
@@ -146,10 +146,10 @@ WITH largest AS (
      WHERE h.queue = 'gpu' AND h.vram_total_gb IS NOT NULL AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
 ), verdict AS (
     SELECT j.id,
-           CASE WHEN m.est_vram_gb > l.gb
-                THEN format('model %%s needs about %%s GB of VRAM; the largest live gpu worker has %%s GB', j.required_model, m.est_vram_gb, round(l.gb::numeric, 1))
+           CASE WHEN n.gb > l.gb
+                THEN format('model %%s needs about %%s GB of VRAM; the largest live gpu worker has %%s GB', j.required_model, round(n.gb::numeric, 2)::float8, round(l.gb::numeric, 1))
            END AS reason
-      FROM workflow_node_jobs j JOIN gpu_models m ON m.model_id = j.required_model CROSS JOIN largest l
+      FROM workflow_node_jobs j CROSS JOIN LATERAL (SELECT qw_gpu_need_gb(j.required_model) AS gb) n CROSS JOIN largest l
      WHERE j.queue = 'gpu' AND j.status = 'queued' AND l.gb IS NOT NULL
 )
 UPDATE workflow_node_jobs j SET unassignable_reason = v.reason

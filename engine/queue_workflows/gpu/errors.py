@@ -26,6 +26,18 @@ _DEVICE = re.compile(
 _OOM_TYPES = frozenset({"OutOfMemoryError", "CudaOutOfMemoryError"})
 
 
+def output_tail(exc: BaseException, limit: int = 2000) -> str:
+    """The end of what a child process printed, where the exception carries it (subprocess.CalledProcessError's
+    `stderr`, else `output`): a script that ran out of GPU memory says so there and exits non-zero."""
+    for name in ("stderr", "output"):
+        value = getattr(exc, name, None)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if isinstance(value, str) and value.strip():
+            return value.strip()[-limit:]
+    return ""
+
+
 def classify(exc: BaseException) -> GpuErrorKind | None:
     """'oom', 'device', or None when the exception is not a GPU error we recognise."""
     chain: list[BaseException] = []
@@ -35,7 +47,7 @@ def classify(exc: BaseException) -> GpuErrorKind | None:
         seen = seen.__cause__ or seen.__context__
     for item in chain:
         try:
-            text = f"{type(item).__name__}: {item}"
+            text = f"{type(item).__name__}: {item}\n{output_tail(item)}"
         except Exception:  # noqa: BLE001 - a __str__ that raises is not a GPU error
             continue
         if type(item).__name__ in _OOM_TYPES or _OOM.search(text):

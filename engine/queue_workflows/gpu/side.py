@@ -77,6 +77,11 @@ class GpuSide:
             return None
         return free + self._own_held_gb()
 
+    def free_gb(self) -> float | None:
+        """What is free on this worker's GPUs now (re-measured), in GB; None: unknown."""
+        self._vram = self._measure(self.probe())
+        return self._vram[1]
+
     def heartbeat_fields(self) -> dict[str, Any]:
         """For the heartbeat (the beat thread, every heartbeat): warm models, swapping, VRAM re-measured."""
         samples = self.probe()

@@ -27,6 +27,7 @@ from queue_workflows.control.api import control_for
 from queue_workflows.control.device import check_device_if_pending
 from queue_workflows.control.throttle import Marks, Throttle
 from queue_workflows.dag import execute
+from queue_workflows.gpu import learn
 from queue_workflows.gpu.cache import Acquired, ModelLoadError, using
 from queue_workflows.gpu.devices import on_devices
 from queue_workflows.gpu.side import GpuSide
@@ -34,7 +35,7 @@ from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
 from queue_workflows.worker import exits, progress, retry
-from queue_workflows.worker.executor import Outcome, run_ingest_job, run_node_job
+from queue_workflows.worker.executor import Outcome, oom_outcome, run_ingest_job, run_node_job
 from queue_workflows.worker.idle_baton import IdleBaton
 from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
@@ -313,10 +314,15 @@ class ClaimWorker:
         usage, self._usage = self._usage, None
         if usage is not None:  # what the job cost, stamped while the row is still running and ours
             statements.append(usage.statement(self.table, job.id, self.worker_id))
+        if outcome.gpu_error == "oom":  # the model needs more than it was placed on (gpu/learn.py)
+            statements.extend(learn.raise_need_statements(job, held_bytes=usage.peak_vram_bytes if usage else None,
+                                                          free_gb=self.gpu.free_gb() if self.gpu is not None else None))
+            outcome = oom_outcome(job, outcome)
+        prefix = len(statements)  # rows of the outcome's own statements start after these
         retry_in = None
-        if outcome.gpu_error == "oom":  # not the task's fault: requeue uncharged, up to the watchdog cap
-            error = f"GPU out of memory (requeued, no attempt charged): {outcome.error}"
-            statements.append(jobstore.watchdog_trip_statement(self.table, job.id, self.worker_id, error=error, max_trips=self.settings.watchdog_max_trips))
+        if outcome.gpu_error == "oom":  # not the task's fault: requeued once, uncharged
+            error = f"GPU out of memory (requeued once, no attempt charged): {outcome.error}"
+            statements.append(learn.oom_requeue_statement(self.table, job.id, self.worker_id, error=error))
         elif outcome.status == JobStatus.FAILED:  # its retry policy decides: retried after a backoff, or failed now
             verdict = retry.decision(job, outcome.exception, self.settings)
             retry_in = verdict.retry_in
@@ -326,7 +332,7 @@ class ClaimWorker:
         claim = self._claim_statements() if self._may_claim() else []
         statements.extend(claim)
         cursors = db.one_round_trip(conn, statements)
-        rows = [cursor.fetchone() for cursor in cursors[1 if usage is not None else 0:len(cursors) - len(claim)]]
+        rows = [cursor.fetchone() for cursor in cursors[prefix:len(cursors) - len(claim)]]
         self._job = None
         self.beat.job_finished()  # a revocation our own commit caused lapses behind the fence
         next_job = claimed(cursors[-1].fetchone()) if claim else None
@@ -338,8 +344,8 @@ class ClaimWorker:
     def _report(self, job: Job, outcome: Outcome, marked: Any, retry_in: float | None, elapsed: float) -> None:
         if marked is None:
             log.warning("job %s finished after %.3fs but was no longer ours; result discarded", job.id, elapsed)
-        elif outcome.gpu_error == "oom":
-            log.warning("job %s: GPU out of memory after %.3fs; now %s (watchdog trip %s)", job.id, elapsed, marked["status"], marked["watchdog_trips"])
+        elif outcome.gpu_error == "oom" and not job.oom_requeued:
+            log.warning("job %s: GPU out of memory after %.3fs; requeued once, no attempt charged (now %s)", job.id, elapsed, marked["status"])
         elif outcome.status == JobStatus.FAILED:
             last_line = (outcome.error or "").strip().splitlines()[-1:] or [""]
             refused = str(marked.get("error") or "")

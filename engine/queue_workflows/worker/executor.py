@@ -7,14 +7,14 @@ import inspect
 import logging
 import traceback
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from queue_workflows import callables, config, tasks
 from queue_workflows.common.retry_policy import exception_names
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
-from queue_workflows.gpu.errors import GpuErrorKind, classify
-from queue_workflows.jobrow import IngestJob, JobStatus, NodeJob
+from queue_workflows.gpu.errors import GpuErrorKind, classify, output_tail
+from queue_workflows.jobrow import IngestJob, Job, JobStatus, NodeJob
 from queue_workflows.payloads import clean_text, json_object
 
 if TYPE_CHECKING:
@@ -41,9 +41,19 @@ def _failure(exc: BaseException) -> Outcome:
             text = f"{type(exc).__name__}: {exc}"
         else:
             text = "".join(traceback.format_exception(exc)).strip()  # ends "SystemExit: 0", "KeyboardInterrupt", ...
+            if printed := output_tail(exc):  # a child process's last words, e.g. "CUDA out of memory"
+                text = f"{text}\n--- its output ended ---\n{printed}"
     except BaseException:  # noqa: BLE001 - a __str__ that raises must not take the worker down either
         text = f"{type(exc).__qualname__} (its message could not be formatted)"
     return Outcome(JobStatus.FAILED, error=clean_text(text)[-_MAX_ERROR_CHARS:], gpu_error=classify(exc), exception=exception_names(type(exc)))
+
+
+def oom_outcome(job: Job, outcome: Outcome) -> Outcome:
+    """A GPU out-of-memory requeues its job once (gpu/learn.py); a second one is the attempt's failure, its retry policy deciding."""
+    if not job.oom_requeued:
+        return outcome
+    prefix = "GPU out of memory again after its one uncharged requeue (this attempt is charged): "
+    return replace(outcome, error=prefix + (outcome.error or "")[-(_MAX_ERROR_CHARS - len(prefix)):], gpu_error=None)
 
 
 def _checked_result(value: Any, what: str) -> Any:
