@@ -26,13 +26,14 @@ def _status_counts(url: str) -> Counter:
 
 
 def _wait_all_settled(url: str, n_jobs: int, procs: Procs, *, timeout: float) -> Counter:
-    """Wait until no job is queued or running; fail with the last counts and the logs."""
+    """Wait until no job is queued, running or scheduled (a body that met the outage retries after
+    its backoff); fail with the last counts and the logs."""
     last: Counter = Counter()
 
     def settled() -> Counter | None:
         nonlocal last
         last = _status_counts(url)
-        return last if sum(last.values()) == n_jobs and not (last["queued"] or last["running"]) else None
+        return last if sum(last.values()) == n_jobs and not (last["queued"] or last["running"] or last["scheduled"]) else None
 
     try:
         return wait_until(settled, timeout=timeout, interval=0.1, what="every job finished")
