@@ -17,7 +17,7 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
 
     With `oom: "raise" | "exit"` it runs out of GPU memory after holding `hold` bytes (see _out_of_memory).
     With `vram_wave: [high, low]` (bytes) and a fake NVML (tests/support/fake_nvml), the job holds
-    `high` until the worker has sampled it twice (at most 10 s), then drops to `low` and returns.
+    `high` until NVML was read twice and ten sample intervals passed (at most 10 s), then drops to `low`.
     """
     if "hold_gb" in inputs:
         _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"))
@@ -53,8 +53,11 @@ def _vram_wave(high: int, low: int) -> None:
     path = os.environ["QW_FAKE_NVML"]
     pynvml.set_process_memory(path, os.getpid(), high)
     seen = pynvml.queries(path)
+    # The worker's other threads read NVML too (the claim's device probe, the throttle), so two reads
+    # alone do not prove the job's sampler took one: hold for ten of its intervals as well.
+    held_until = time.monotonic() + 10 * float(os.environ.get("QW_GPU_VRAM_SAMPLE_SECONDS", "0.5"))
     deadline = time.monotonic() + 10
-    while pynvml.queries(path) < seen + 2 and time.monotonic() < deadline:
+    while (pynvml.queries(path) < seen + 2 or time.monotonic() < held_until) and time.monotonic() < deadline:
         time.sleep(0.01)
     pynvml.set_process_memory(path, os.getpid(), low)
 
