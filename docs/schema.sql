@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0044 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0050 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -554,6 +554,12 @@ EXCEPTION WHEN lock_not_available THEN
 END
 $$;
 
+CREATE FUNCTION public.qw_tenant_floor(q text) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = q AND a.active ORDER BY a.vtime LIMIT 1;
+$$;
+
 CREATE FUNCTION public.qw_tenant_requeued() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -567,8 +573,7 @@ CREATE FUNCTION public.qw_tenants_activate(pairs text[]) RETURNS void
     LANGUAGE sql
     AS $$
     INSERT INTO tenant_shares AS s (queue, tenant, vtime)
-    SELECT n.queue, n.tenant,
-           coalesce((SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = n.queue AND a.active ORDER BY a.vtime LIMIT 1), 0)
+    SELECT n.queue, n.tenant, coalesce(qw_tenant_floor(n.queue), 0)
       FROM (SELECT DISTINCT pairs[i][1] AS queue, pairs[i][2] AS tenant FROM generate_subscripts(pairs, 1) AS i) AS n
      WHERE NOT EXISTS (SELECT FROM tenant_shares AS x WHERE x.queue = n.queue AND x.tenant = n.tenant AND x.active)
      ORDER BY n.queue, n.tenant  -- rows locked in one order: concurrent enqueues cannot deadlock

@@ -70,8 +70,7 @@ WITH idled AS (
 ), revived AS (
     UPDATE tenant_shares AS s
        SET active = true, updated_at = now(),
-           vtime = greatest(s.vtime, coalesce((SELECT a.vtime FROM tenant_shares AS a WHERE a.queue = s.queue AND a.active
-                                                ORDER BY a.vtime LIMIT 1), s.vtime))
+           vtime = greatest(s.vtime, coalesce(qw_tenant_floor(s.queue), s.vtime))
      WHERE NOT s.active
        AND (EXISTS (SELECT FROM ingest_jobs AS j WHERE j.queue = s.queue AND j.tenant = s.tenant AND j.status = 'queued')
             OR EXISTS (SELECT FROM workflow_node_jobs AS j WHERE j.queue = s.queue AND j.tenant = s.tenant AND j.status = 'queued'))
