@@ -106,11 +106,12 @@ def test_the_sweep_does_not_flag_a_job_claimed_while_it_ran(database_url, conn):
         with db.connect(url=database_url) as claimer:  # not autocommit: the claim holds its row until we commit
             [claimed] = _routed_gpu_claim(claimer, "gpu")
             assert claimed["id"] == job
-            sweeper = threading.Thread(target=lambda: swept.append(jobstore.flag_unassignable(db.connect(autocommit=True, url=database_url))))
+            sweep_conn = db.connect(autocommit=True, url=database_url)  # its pid, not its text: pg_stat_activity cuts a long query short
+            sweeper = threading.Thread(target=lambda: swept.append(jobstore.flag_unassignable(sweep_conn)))
             sweeper.start()
             wait_until(lambda: conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
-                "AND query LIKE '%%unassignable_reason%%'").fetchone()["count"] == 1, timeout=10, what="the sweep to wait on the claimed row")
+                "AND pid = %s", (sweep_conn.info.backend_pid,)).fetchone()["count"] == 1, timeout=10, what="the sweep to wait on the claimed row")
             claimer.commit()
         sweeper.join(timeout=10)
         assert swept == [[]]

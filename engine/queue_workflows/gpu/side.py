@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from queue_workflows.common import sqlfile
 from queue_workflows.gpu import devices, registry
 from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
+from queue_workflows.gpu.memory import gpu_memory
 from queue_workflows.jobrow import NodeJob
 
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
@@ -50,6 +51,7 @@ class GpuSide:
         samples = self.probe()
         self._vram = self._measure(samples)
         self.devices = devices.from_samples(samples, free_override=self.free_override)
+        gpu_memory.watch([d.uuid for d in self.devices])  # the throttle reads this worker's devices (a MIG slice's, not its neighbours')
         if self.cpu_fallback:
             log.warning("QW_GPU_CPU_FALLBACK is set: gpu jobs run on this worker whether or not it has a GPU")
             return

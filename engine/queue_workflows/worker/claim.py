@@ -253,7 +253,7 @@ class ClaimWorker:
 
     def _execute(self, job: Job) -> tuple[Outcome, float]:
         started = time.monotonic()
-        self.meter.start()
+        self.meter.start(devices=getattr(job, "gpu_devices", None))  # its VRAM is read where it was placed
         outcome, acquired = self._run_job(job)
         self._usage = self.meter.finish(load_seconds=acquired.load_seconds if acquired else None, hit=acquired.hit if acquired else None)
         self.jobs_done += 1
