@@ -20,7 +20,7 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
     `high` until NVML was read twice and ten sample intervals passed (at most 10 s), then drops to `low`.
     """
     if "hold_gb" in inputs:
-        _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"))
+        _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"), float(inputs.get("at_least", 0)))
     time.sleep(float(inputs.get("sleep", 0)))
     if "vram_wave" in inputs:
         _vram_wave(*inputs["vram_wave"])
@@ -62,9 +62,9 @@ def _vram_wave(high: int, low: int) -> None:
     pynvml.set_process_memory(path, os.getpid(), low)
 
 
-def _hold(gb: float, seconds: float, spans: str | None, until: str | None) -> None:
+def _hold(gb: float, seconds: float, spans: str | None, until: str | None, at_least: float = 0) -> None:
     """Hold `gb` on the device the job reserved on (else the fake's device 0) for `seconds` (or until the file
-    `until` exists), appending the span, with the CUDA_VISIBLE_DEVICES a subprocess would get, to the file `spans`."""
+    `until` exists, but `at_least` seconds: some sampler intervals), appending the span, with the CUDA_VISIBLE_DEVICES a subprocess would get, to the file `spans`."""
     import importlib
     import json
 
@@ -73,8 +73,8 @@ def _hold(gb: float, seconds: float, spans: str | None, until: str | None) -> No
     path, device = os.environ[var], current_device() or 0
     start = time.time()
     lib.set_process_memory(path, os.getpid(), int(gb * (1 << 30)), device)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not (until and os.path.exists(until)):
+    deadline, earliest = time.monotonic() + seconds, time.monotonic() + at_least
+    while time.monotonic() < deadline and (time.monotonic() < earliest or not (until and os.path.exists(until))):
         time.sleep(0.02)
     lib.set_process_memory(path, os.getpid(), 0, device)
     if spans:

@@ -10,8 +10,10 @@ hold (per-process accounting); amdsmi reports VRAM usage in MB.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 from typing import Any
 
 MB = 1 << 20
@@ -113,15 +115,27 @@ def write_state(path: str, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _locked(path: str):
+    """Writers in several processes (one per job) each read, change and replace the file: one at a time, or one's change is lost."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def set_process_memory(path: str, pid: int, nbytes: int, device: int | str = 0) -> None:
     """What process `pid` holds on `device` (an index or a UUID) from now on (0 drops it)."""
-    with open(path) as f:
-        state = json.load(f)
-    devices = state["devices"]
-    entry = devices[device] if isinstance(device, int) else next(d for d in devices if d.get("uuid") == device)
-    procs = entry.setdefault("procs", {})
-    if nbytes:
-        procs[str(pid)] = nbytes
-    else:
-        procs.pop(str(pid), None)
-    write_state(path, state)
+    with _locked(path):
+        with open(path) as f:
+            state = json.load(f)
+        devices = state["devices"]
+        entry = devices[device] if isinstance(device, int) else next(d for d in devices if d.get("uuid") == device)
+        procs = entry.setdefault("procs", {})
+        if nbytes:
+            procs[str(pid)] = nbytes
+        else:
+            procs.pop(str(pid), None)
+        write_state(path, state)

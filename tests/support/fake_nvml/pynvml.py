@@ -14,8 +14,10 @@ processes of its own, or null where no instance was created (NotFound, as NVML).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -187,16 +189,28 @@ def _entry(state: dict[str, Any], device: int | str) -> dict[str, Any]:
     raise KeyError(f"no fake device {device!r}")
 
 
+@contextmanager
+def _locked(path: str):
+    """Writers in several processes (one per job) each read, change and replace the file: one at a time, or one's change is lost."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def set_process_memory(path: str, pid: int, nbytes: int, device: int | str = 0) -> None:
     """What process `pid` holds on `device` (an index, or a GPU's or MIG instance's UUID) from now on (0 drops it)."""
-    with open(path) as f:
-        state = json.load(f)
-    procs = _entry(state, device).setdefault("procs", {})
-    if nbytes:
-        procs[str(pid)] = nbytes
-    else:
-        procs.pop(str(pid), None)
-    write_state(path, state)
+    with _locked(path):
+        with open(path) as f:
+            state = json.load(f)
+        procs = _entry(state, device).setdefault("procs", {})
+        if nbytes:
+            procs[str(pid)] = nbytes
+        else:
+            procs.pop(str(pid), None)
+        write_state(path, state)
 
 
 def queries(path: str) -> int:
