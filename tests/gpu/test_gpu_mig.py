@@ -15,9 +15,10 @@ from procs import Procs, log_text, query, service_env, wait_until
 from test_gpu_memory import fake_nvml, gpu_worker_env, status_of
 from test_gpu_packing import claim, enqueue, models, reserved
 
-from queue_workflows import node_queue
+from queue_workflows import config, node_queue
 from queue_workflows.gpu.devices import Device, from_samples
 from queue_workflows.gpu.memory import GpuMemory
+from queue_workflows.gpu.side import GpuSide
 from queue_workflows.telemetry import amd, nvidia
 from queue_workflows.telemetry.nvml_mig import mig_instances
 
@@ -214,3 +215,15 @@ def test_workers_reserve_on_amd_partitions_and_the_job_sees_its_own(database_url
     assert [r["peak_vram_bytes"] for r in rows] == [12 * GIB, 12 * GIB]  # amdsmi's per-process VRAM, read on the partition
     assert {s["device"]: s["env"]["HIP_VISIBLE_DEVICES"] for s in spans_of(spans)} == {"AMD-part-0": "AMD-part-0", "AMD-part-1": "AMD-part-1"}
     assert all("Traceback" not in log_text(w) for w in workers)
+
+
+def test_an_oom_reads_what_was_free_on_the_jobs_own_slice(tmp_path, monkeypatch):
+    """The OOM raise is what the job held plus what was free where it ran: a 10 GB slice's 2 GB, not the host's 70."""
+    path = mig_host(tmp_path / "nvml.json")
+    monkeypatch.setenv("QW_FAKE_NVML", path)
+    fake_nvml.set_process_memory(path, 4242, 8 * GIB, "MIG-small-a")
+    settings = config.current().settings.model_copy(update={"gpu_free_vram_gb": None})
+    side = GpuSide(settings, probe=lambda: nvidia.nvml_samples(lib=fake_nvml) or [])
+    assert side.free_gb(["MIG-small-a"]) == 2.0
+    assert side.free_gb(["MIG-small-a", "MIG-big"]) == 2.0  # a gang's tightest device
+    assert side.free_gb() == 24 + 2 + 10 + 40  # no reservation: the host's, as before
