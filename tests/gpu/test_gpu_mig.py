@@ -12,15 +12,19 @@ from types import SimpleNamespace
 
 import pytest
 from procs import Procs, log_text, query, service_env, wait_until
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from test_gpu_memory import fake_nvml, gpu_worker_env, status_of
 from test_gpu_packing import claim, enqueue, models, reserved
 
-from queue_workflows import config, node_queue
+from queue_workflows import config, hw_metrics, node_queue
 from queue_workflows.gpu.devices import Device, from_samples
 from queue_workflows.gpu.memory import GpuMemory
 from queue_workflows.gpu.side import GpuSide
-from queue_workflows.telemetry import amd, nvidia
+from queue_workflows.telemetry import amd, nvidia, snapshot
+from queue_workflows.telemetry.host import HostFigures
 from queue_workflows.telemetry.nvml_mig import mig_instances
+from queue_workflows.telemetry.store import QueueFigures
 
 GIB = 1 << 30
 FAKE_AMDSMI_DIR = Path(__file__).resolve().parents[1] / "support" / "fake_amdsmi"
@@ -227,3 +231,18 @@ def test_an_oom_reads_what_was_free_on_the_jobs_own_slice(tmp_path, monkeypatch)
     assert side.free_gb(["MIG-small-a"]) == 2.0
     assert side.free_gb(["MIG-small-a", "MIG-big"]) == 2.0  # a gang's tightest device
     assert side.free_gb() == 24 + 2 + 10 + 40  # no reservation: the host's, as before
+
+
+def test_the_hw_snapshot_and_metrics_tell_instances_of_one_gpu_apart(tmp_path, monkeypatch):
+    """Instances share their GPU's index: the snapshot names their GPU and the metrics label them by UUID, so no series repeats."""
+    monkeypatch.setenv("QW_FAKE_NVML", mig_host(tmp_path / "nvml.json"))
+    host = HostFigures(cpu_percent=1.0, cpu_count=2, load=(0.0, 0.0, 0.0), memory_used_bytes=1, memory_total_bytes=2,
+                       swap_used_bytes=0, swap_total_bytes=0)
+    payload = snapshot.build(host_label="h", sampled_at=1.0, host=host, gpus=nvidia.nvml_samples(lib=fake_nvml) or [], stack=None)
+    assert [g.get("parent") for g in payload["gpus"]] == [None, "GPU-mig", "GPU-mig", "GPU-mig"]
+    assert "parent" not in payload["gpus"][0]  # a whole GPU's entry keeps version 1's keys
+    state = hw_metrics.MetricsState(host_label="h")
+    state.update(payload=payload, queues=QueueFigures(), outcomes={}, database_up=True, costs={})
+    totals = {s.labels["gpu"]: s.value for family in text_string_to_metric_families(generate_latest(hw_metrics.registry_for(state)).decode())
+              for s in family.samples if s.name == "qw_gpu_memory_total_bytes"}
+    assert totals == {"0": 24 * GIB, "1/MIG-small-a": 10 * GIB, "1/MIG-small-b": 10 * GIB, "1/MIG-big": 40 * GIB}

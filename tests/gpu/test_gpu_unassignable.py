@@ -1,5 +1,6 @@
 """The "no live worker fits" flag goes once a worker has the job: every claim path and the terminal
-marks clear it, and the leader's sweep never flags a job that a claim took while the sweep ran."""
+marks clear it, and the leader's sweep never flags a job that a claim took while the sweep ran. It is
+decided per device, less the margin, on `gpus` devices of one worker."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import threading
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 from procs import TEST_INGEST_QUEUES, query, wait_until
+from psycopg.types.json import Jsonb
 
 import queue_workflows
 from queue_workflows import claim_worker, db, jobstore, model_registry, node_queue
