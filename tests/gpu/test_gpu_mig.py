@@ -139,6 +139,7 @@ def test_a_jobs_vram_and_the_throttle_are_read_on_the_instances(tmp_path, monkey
     assert memory.process_bytes({4242}) == 8 * GIB
     assert memory.process_bytes({4242}, uuids=["MIG-small-a"]) == 8 * GIB
     assert memory.process_bytes({4242}, uuids=["MIG-big"]) == 0  # a job placed elsewhere reads its own instance only
+    assert memory.process_bytes({4242}, uuids=["GPU-unknown"]) == 8 * GIB  # a UUID NVML does not list: every device, not none
     assert memory.device_percent() == 95.0  # the fullest device is the neighbour's slice
     assert memory.device_percent(besides={4242}) == 95.0
     memory.watch(["MIG-small-a", "GPU-plain"])  # a worker given the plain card and one slice

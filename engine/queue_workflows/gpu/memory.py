@@ -102,9 +102,10 @@ def _uuid(kind: str, lib: Any, handle: Any) -> str:
 
 
 def _handles(kind: str, lib: Any, only: frozenset[str] | None = None) -> list[Any]:
-    """The devices' handles (a GPU in MIG mode stands for its instances; each AMD partition has its own), or those of `only`."""
+    """The devices' handles (a GPU in MIG mode stands for its instances; each AMD partition has its own), or those
+    of `only`; every one when none of `only` is listed here (a UUID another source spelled otherwise reads too much, not nothing)."""
     handles = [d.handle for d in nvml_devices(lib)] if kind == "nvml" else list(lib.amdsmi_get_processor_handles())
-    return handles if only is None else [h for h in handles if _uuid(kind, lib, h) in only]
+    return handles if only is None else [h for h in handles if _uuid(kind, lib, h) in only] or handles
 
 
 def _used_total(kind: str, lib: Any, handle: Any) -> tuple[float, float]:
