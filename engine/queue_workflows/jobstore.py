@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from queue_workflows import db, queries
+from queue_workflows import config, db, queries
 from queue_workflows.common import sqlfile
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.queries import JobTable
@@ -141,10 +141,13 @@ def flag_dead_workers(conn: db.Conn, *, stale_after_seconds: float) -> list[Row]
         return c.execute(_RECLAIM.sql("flag_dead_workers"), {"stale_after_seconds": stale_after_seconds}).fetchall()
 
 
-def flag_unassignable(conn: db.Conn) -> list[Row]:
-    """Set (or clear) the reason on queued gpu jobs no live gpu worker has the VRAM for; the rows changed."""
+def flag_unassignable(conn: db.Conn, *, margin_gb: float | None = None) -> list[Row]:
+    """Set (or clear) the reason on queued gpu jobs no live gpu worker has the devices for; the rows changed.
+    `margin_gb`: what a claim leaves unreserved on each device (default QW_GPU_VRAM_MARGIN_GB)."""
+    if margin_gb is None:
+        margin_gb = float(config.current().settings.gpu_vram_margin_gb)
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_GPU.sql("flag_unassignable"), {}).fetchall()
+        return cur.execute(_GPU.sql("flag_unassignable"), {"vram_margin_gb": margin_gb}).fetchall()
 
 
 def prune_dead_heartbeats(conn: db.Conn, *, stale_after_seconds: float) -> list[str]:

@@ -20,7 +20,7 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
     `high` until NVML was read twice and ten sample intervals passed (at most 10 s), then drops to `low`.
     """
     if "hold_gb" in inputs:
-        _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"))
+        _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"), float(inputs.get("at_least", 0)))
     time.sleep(float(inputs.get("sleep", 0)))
     if "vram_wave" in inputs:
         _vram_wave(*inputs["vram_wave"])
@@ -62,22 +62,25 @@ def _vram_wave(high: int, low: int) -> None:
     pynvml.set_process_memory(path, os.getpid(), low)
 
 
-def _hold(gb: float, seconds: float, spans: str | None, until: str | None) -> None:
-    """Hold `gb` on the fake device 0 for `seconds` (or until the file `until` exists), appending the span to the file `spans`."""
+def _hold(gb: float, seconds: float, spans: str | None, until: str | None, at_least: float = 0) -> None:
+    """Hold `gb` on the device the job reserved on (else the fake's device 0) for `seconds` (or until the file
+    `until` exists, but `at_least` seconds: some sampler intervals), appending the span, with the CUDA_VISIBLE_DEVICES a subprocess would get, to the file `spans`."""
+    import importlib
     import json
 
-    import pynvml  # the fake, on this worker's PYTHONPATH
-
-    path = os.environ["QW_FAKE_NVML"]
+    fake, var = ("amdsmi", "QW_FAKE_AMDSMI") if "QW_FAKE_AMDSMI" in os.environ else ("pynvml", "QW_FAKE_NVML")
+    lib = importlib.import_module(fake)  # the fake, on this worker's PYTHONPATH
+    path, device = os.environ[var], current_device() or 0
     start = time.time()
-    pynvml.set_process_memory(path, os.getpid(), int(gb * (1 << 30)))
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not (until and os.path.exists(until)):
+    lib.set_process_memory(path, os.getpid(), int(gb * (1 << 30)), device)
+    deadline, earliest = time.monotonic() + seconds, time.monotonic() + at_least
+    while time.monotonic() < deadline and (time.monotonic() < earliest or not (until and os.path.exists(until))):
         time.sleep(0.02)
-    pynvml.set_process_memory(path, os.getpid(), 0)
+    lib.set_process_memory(path, os.getpid(), 0, device)
     if spans:
         with open(spans, "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "gb": gb, "start": start, "end": time.time(), "device": current_device()}) + "\n")
+            f.write(json.dumps({"pid": os.getpid(), "gb": gb, "start": start, "end": time.time(), "device": current_device(),
+                                "env": device_env()}) + "\n")
 
 
 def _broken() -> Any:
@@ -87,7 +90,7 @@ def _broken() -> Any:
 def register_models() -> None:
     model_registry.register(model_registry.ModelSpec("warm", lambda: {"model": "warm"}, est_vram_gb=1))
     model_registry.register(model_registry.ModelSpec("broken", _broken, est_vram_gb=1))
-    for name, gb in (("a8", 8), ("b8", 8), ("c8", 8), ("a12", 12), ("b12", 12)):  # tests/gpu/test_gpu_packing.py
+    for name, gb in (("a8", 8), ("b8", 8), ("c8", 8), ("a12", 12), ("b12", 12)):  # and tests/gpu/test_gpu_mig.py  # tests/gpu/test_gpu_packing.py
         model_registry.register(model_registry.ModelSpec(name, lambda name=name: {"model": name}, est_vram_gb=gb))
 
 

@@ -137,20 +137,51 @@ INSERT INTO gpu_models (model_id, est_vram_gb) VALUES (%(model_id)s, %(est_vram_
 ON CONFLICT (model_id) DO UPDATE SET est_vram_gb = EXCLUDED.est_vram_gb, updated_at = now();
 
 -- name: flag_unassignable
--- Queued gpu jobs whose model needs (qw_gpu_need_gb) more VRAM than the largest live gpu worker has get a reason;
--- the reason goes when one that fits appears (or a worker claims the job: the claim clears it).
--- Nothing is decided while no live worker reports VRAM. The status is checked again on the row
--- updated, so a job claimed while this ran is not flagged after its claim cleared the flag.
-WITH largest AS (
-    SELECT max(h.vram_total_gb) AS gb FROM worker_heartbeats h
-     WHERE h.queue = 'gpu' AND h.vram_total_gb IS NOT NULL AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
+-- Queued gpu jobs that no live gpu worker could ever run get a reason; it goes when one that fits
+-- appears (or a worker claims the job: the claim clears it). A job fits a worker that lists its
+-- devices (worker_heartbeats.gpu_devices: GPUs, MIG instances, AMD partitions) when `gpus` of them
+-- each have their total less the margin for its need (qw_gpu_job_need_gb), as its claim requires;
+-- a worker that lists none (CPU fallback) is one device of its VRAM, without margin or gang, as
+-- its claim admits. Nothing is decided while no live worker reports VRAM. The status is checked
+-- again on the row updated, so a job claimed while this ran is not flagged after its claim cleared it.
+WITH live AS (
+    SELECT h.worker_id, h.vram_total_gb, CASE WHEN jsonb_typeof(h.gpu_devices) = 'array' THEN h.gpu_devices END AS devices
+      FROM worker_heartbeats h
+     WHERE h.queue = 'gpu' AND (h.vram_total_gb IS NOT NULL OR jsonb_typeof(h.gpu_devices) = 'array')
+       AND h.lock_key IN (SELECT lock_key FROM qw_worker_sessions)
+), sizes AS (
+    SELECT l.worker_id, d.value->>'uuid' AS uuid, (d.value->>'total_gb')::float8 AS total_gb,
+           (d.value->>'total_gb')::float8 - %(vram_margin_gb)s::float8 AS usable_gb
+      FROM live AS l, jsonb_array_elements(l.devices) AS d
+), largest AS (
+    SELECT (SELECT max(l.vram_total_gb) FROM live AS l WHERE l.devices IS NULL) AS worker_gb,
+           dv.uuid, dv.worker_id, dv.total_gb, dv.usable_gb,
+           (SELECT max(c.n) FROM (SELECT count(*) AS n FROM sizes GROUP BY worker_id) AS c) AS most_devices,
+           EXISTS (SELECT FROM live) AS any_live
+      FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT * FROM sizes AS s ORDER BY s.total_gb DESC, s.uuid LIMIT 1) AS dv ON true
 ), verdict AS (
     SELECT j.id,
-           CASE WHEN n.gb > l.gb
-                THEN format('model %%s needs about %%s GB of VRAM; the largest live gpu worker has %%s GB', j.required_model, round(n.gb::numeric, 2)::float8, round(l.gb::numeric, 1))
+           CASE WHEN NOT (EXISTS (SELECT FROM live AS l WHERE l.devices IS NULL AND NOT (m.gb > l.vram_total_gb))
+                          OR EXISTS (SELECT FROM sizes AS s WHERE NOT (n.gb > s.usable_gb)
+                                      GROUP BY s.worker_id HAVING count(*) >= j.gpus))
+                THEN CASE
+                    WHEN lg.uuid IS NULL
+                    THEN format('model %%s needs about %%s GB of VRAM; the largest live gpu worker has %%s GB',
+                                j.required_model, round(m.gb::numeric, 2)::float8, round(lg.worker_gb::numeric, 1))
+                    WHEN n.gb > lg.usable_gb
+                    THEN format('%%s needs about %%s GB of VRAM on a device; the largest live gpu device, %%s of %%s, has %%s GB (%%s GB after the %%s GB margin)',
+                                coalesce('model ' || j.required_model, 'the job'), round(n.gb::numeric, 2)::float8, lg.uuid,
+                                lg.worker_id, round(lg.total_gb::numeric, 1), round(lg.usable_gb::numeric, 1),
+                                %(vram_margin_gb)s::float8)
+                    ELSE format('%%s needs %%s devices with about %%s GB of VRAM each; no live gpu worker has that many (the most is %%s)',
+                                coalesce('model ' || j.required_model, 'the job'), j.gpus, round(n.gb::numeric, 2)::float8, lg.most_devices)
+                END
            END AS reason
-      FROM workflow_node_jobs j CROSS JOIN LATERAL (SELECT qw_gpu_need_gb(j.required_model) AS gb) n CROSS JOIN largest l
-     WHERE j.queue = 'gpu' AND j.status = 'queued' AND l.gb IS NOT NULL
+      FROM workflow_node_jobs j
+           CROSS JOIN LATERAL (SELECT qw_gpu_need_gb(j.required_model) AS gb) m
+           CROSS JOIN LATERAL (SELECT qw_gpu_job_need_gb(j.required_model, j.vram_gb) AS gb) n
+           CROSS JOIN largest lg
+     WHERE j.queue = 'gpu' AND j.status = 'queued' AND lg.any_live
 )
 UPDATE workflow_node_jobs j SET unassignable_reason = v.reason
   FROM verdict v

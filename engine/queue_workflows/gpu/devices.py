@@ -46,10 +46,12 @@ class Device:
     uuid: str
     total_gb: float
     free_gb: float | None  # what NVML/amdsmi read as free (foreign processes count); None: not read
+    parent: str | None = None  # a MIG instance's GPU (UUID); None for a whole GPU or an AMD partition
 
     def published(self) -> dict[str, Any]:
-        """The heartbeat's entry for it (worker_heartbeats.gpu_devices)."""
-        return {"uuid": self.uuid, "total_gb": round(self.total_gb, 3), "free_gb": None if self.free_gb is None else round(self.free_gb, 3)}
+        """The heartbeat's entry for it (worker_heartbeats.gpu_devices); a MIG instance's names its GPU."""
+        entry = {"uuid": self.uuid, "total_gb": round(self.total_gb, 3), "free_gb": None if self.free_gb is None else round(self.free_gb, 3)}
+        return entry if self.parent is None else {**entry, "parent": self.parent}
 
 
 def _vendor(sample: Any) -> str:
@@ -60,14 +62,15 @@ def _vendor(sample: Any) -> str:
 def visible(sample: Any, env: Mapping[str, str]) -> bool:
     """Whether this process may use the device: NVML and amdsmi list every device on the host,
     whatever CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES say; entries are
-    indices or UUIDs (a UUID's prefix, as CUDA accepts)."""
+    indices or UUIDs (a UUID's prefix, as CUDA accepts). A MIG instance is visible where it is
+    named, or where its GPU is (by index or UUID): the operator gave the worker that GPU's slices."""
+    uuids = [u for u in (getattr(sample, "uuid", None), getattr(sample, "parent", None)) if u]
     for name in VISIBILITY[_vendor(sample)]:
         listed = env.get(name)
         if listed is None:
             continue
         entries = [e.strip() for e in listed.split(",") if e.strip()]
-        uuid = str(getattr(sample, "uuid", "") or "")
-        if not any(e == str(sample.index) or (not e.isdigit() and uuid.startswith(e)) for e in entries):
+        if not any(e == str(sample.index) or (not e.isdigit() and any(u.startswith(e) for u in uuids)) for e in entries):
             return False
     return True
 
@@ -81,7 +84,8 @@ def from_samples(samples: Sequence[Any], *, free_override: float | None = None, 
         if not uuid or total is None or not visible(sample, os.environ if env is None else env):
             continue  # one that cannot be told apart, accounted, or used here: not reserved on
         free = getattr(sample, "memory_free_bytes", None)
-        devices.append(Device(str(uuid), total / GIB, free_override if free_override is not None else None if free is None else free / GIB))
+        free_gb = free_override if free_override is not None else None if free is None else free / GIB
+        devices.append(Device(str(uuid), total / GIB, free_gb, getattr(sample, "parent", None)))
     return devices
 
 

@@ -3,7 +3,9 @@
 The library is initialised once per process, on the first ask, and kept (`nvmlInit` costs
 milliseconds with a driver loaded); NVML is tried first, then amdsmi, and a process where
 neither starts never tries again. Every read is bounded by a deadline (a wedged GPU can hang
-a library call for minutes) and never raises: what cannot be read is None.
+a library call for minutes) and never raises: what cannot be read is None. A device is what a
+claim reserves on: a GPU, a MIG instance (NVML lists processes per instance), an AMD partition;
+a read may be limited to some devices by UUID (a job's, or its worker's).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+from queue_workflows.telemetry.nvml_mig import nvml_devices
 from queue_workflows.telemetry.tools import GuardedCall
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,11 @@ class GpuMemory:
         self._tried = False
         self._lock = threading.Lock()
         self._guard = GuardedCall("gpu-memory")
+        self.watched: frozenset[str] | None = None  # the devices the throttle reads (a gpu worker's); None: every one
+
+    def watch(self, uuids: Collection[str] | None) -> None:
+        """Limit the throttle's reading to these devices (a gpu worker's own); None or empty: every device."""
+        self.watched = frozenset(uuids) if uuids else None
 
     def library(self) -> tuple[str, Any] | None:
         """('nvml' | 'amdsmi', module) once one has initialised; None where neither can."""
@@ -71,23 +79,33 @@ class GpuMemory:
 
         return self._guard(call, timeout=self.timeout)
 
-    def device_percent(self, *, besides: Collection[int] = ()) -> float | None:
+    def device_percent(self, *, besides: Collection[int] = (), uuids: Collection[str] | None = None) -> float | None:
         """The fullest device's used memory, in percent of its total, less what the processes `besides`
-        hold there (a worker's own warm models are no pressure on itself); None without a readable GPU."""
+        hold there (a worker's own warm models are no pressure on itself); None without a readable GPU.
+        `uuids`: only those devices (default: the watched ones)."""
         pids = frozenset(besides)
-        return self._read(lambda kind, lib: _device_percent(kind, lib, pids.__contains__))
+        only = self.watched if uuids is None else frozenset(uuids)
+        return self._read(lambda kind, lib: _device_percent(kind, lib, pids.__contains__, only))
 
-    def process_bytes(self, mine: Collection[int] | Callable[[int], bool]) -> int | None:
-        """GPU memory the processes `mine` holds (pids, or a test of a pid), summed over every device;
-        None when it cannot be asked. Only the pids the GPU lists are tested."""
+    def process_bytes(self, mine: Collection[int] | Callable[[int], bool], *, uuids: Collection[str] | None = None) -> int | None:
+        """GPU memory the processes `mine` holds (pids, or a test of a pid), summed over every device
+        (or over `uuids` only: a job's reserved devices); None when it cannot be asked. Only the pids
+        the GPU lists are tested."""
         test = mine if callable(mine) else frozenset(mine).__contains__
-        return self._read(lambda kind, lib: _process_bytes(kind, lib, test))
+        only = frozenset(uuids) if uuids else None
+        return self._read(lambda kind, lib: _process_bytes(kind, lib, test, only))
 
 
-def _handles(kind: str, lib: Any) -> list[Any]:
-    if kind == "nvml":
-        return [lib.nvmlDeviceGetHandleByIndex(i) for i in range(int(lib.nvmlDeviceGetCount()))]
-    return list(lib.amdsmi_get_processor_handles())
+def _uuid(kind: str, lib: Any, handle: Any) -> str:
+    raw = lib.nvmlDeviceGetUUID(handle) if kind == "nvml" else lib.amdsmi_get_gpu_device_uuid(handle)
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _handles(kind: str, lib: Any, only: frozenset[str] | None = None) -> list[Any]:
+    """The devices' handles (a GPU in MIG mode stands for its instances; each AMD partition has its own), or those
+    of `only`; every one when none of `only` is listed here (a UUID another source spelled otherwise reads too much, not nothing)."""
+    handles = [d.handle for d in nvml_devices(lib)] if kind == "nvml" else list(lib.amdsmi_get_processor_handles())
+    return handles if only is None else [h for h in handles if _uuid(kind, lib, h) in only] or handles
 
 
 def _used_total(kind: str, lib: Any, handle: Any) -> tuple[float, float]:
@@ -98,9 +116,9 @@ def _used_total(kind: str, lib: Any, handle: Any) -> tuple[float, float]:
     return float(vram["vram_used"]), float(vram["vram_total"])
 
 
-def _device_percent(kind: str, lib: Any, besides: Callable[[int], bool]) -> float | None:
+def _device_percent(kind: str, lib: Any, besides: Callable[[int], bool], only: frozenset[str] | None) -> float | None:
     shares = []
-    for handle in _handles(kind, lib):
+    for handle in _handles(kind, lib, only):
         used, total = _used_total(kind, lib, handle)
         own = _device_process_bytes(kind, lib, handle, besides)
         if own:
@@ -132,8 +150,8 @@ def _device_process_bytes(kind: str, lib: Any, handle: Any, mine: Callable[[int]
     return total
 
 
-def _process_bytes(kind: str, lib: Any, mine: Callable[[int], bool]) -> int:
-    return sum(_device_process_bytes(kind, lib, handle, mine) for handle in _handles(kind, lib))
+def _process_bytes(kind: str, lib: Any, mine: Callable[[int], bool], only: frozenset[str] | None) -> int:
+    return sum(_device_process_bytes(kind, lib, handle, mine) for handle in _handles(kind, lib, only))
 
 
 gpu_memory = GpuMemory()

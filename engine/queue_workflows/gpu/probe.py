@@ -14,5 +14,5 @@ __all__ = ["GpuSample", "probe_gpus"]
 
 
 def probe_gpus(*, timeout: float = 2.0) -> list[GpuSample]:
-    """One sample per visible GPU (NVIDIA first, then AMD); [] when there is none or no source answers."""
+    """One sample per visible GPU, or per MIG instance of a GPU in MIG mode (NVIDIA first, then AMD, each partition its own); [] when there is none or no source answers."""
     return probe(timeout=timeout)

@@ -5,7 +5,7 @@ job with its model, and say which models it holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from queue_workflows.common import sqlfile
 from queue_workflows.gpu import devices, registry
 from queue_workflows.gpu.cache import Acquired, ModelCache, ModelLoadError
+from queue_workflows.gpu.memory import gpu_memory
 from queue_workflows.jobrow import NodeJob
 
 _GPU = sqlfile.load("queue_workflows.gpu", "claim.sql")
@@ -50,6 +51,7 @@ class GpuSide:
         samples = self.probe()
         self._vram = self._measure(samples)
         self.devices = devices.from_samples(samples, free_override=self.free_override)
+        gpu_memory.watch([d.uuid for d in self.devices])  # the throttle reads this worker's devices (a MIG slice's, not its neighbours')
         if self.cpu_fallback:
             log.warning("QW_GPU_CPU_FALLBACK is set: gpu jobs run on this worker whether or not it has a GPU")
             return
@@ -77,9 +79,15 @@ class GpuSide:
             return None
         return free + self._own_held_gb()
 
-    def free_gb(self) -> float | None:
-        """What is free on this worker's GPUs now (re-measured), in GB; None: unknown."""
-        self._vram = self._measure(self.probe())
+    def free_gb(self, uuids: Collection[str] | None = None) -> float | None:
+        """What is free on this worker's GPUs now (re-measured), in GB; None: unknown. With `uuids` (a job's
+        reservation), the least free of those devices: an OOM there says nothing of room on another slice or card."""
+        samples = self.probe()
+        self._vram = self._measure(samples)
+        if uuids:
+            frees = [d.free_gb for d in devices.from_samples(samples, free_override=self.free_override) if d.uuid in uuids and d.free_gb is not None]
+            if frees:
+                return min(frees)
         return self._vram[1]
 
     def heartbeat_fields(self) -> dict[str, Any]:

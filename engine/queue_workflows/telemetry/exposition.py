@@ -83,11 +83,15 @@ def host_metrics(p: dict[str, Any]) -> Iterator[Metric]:
     yield _gauge("qw_host_swap_total_bytes", "Host swap", ["host"], [(h, swap["total_bytes"])])
     gpus = p["gpus"]
 
+    def label(g: dict[str, Any]) -> str:
+        """The GPU's index; a MIG instance shares its parent's, so its UUID follows."""
+        return f'{g["index"]}/{g["uuid"]}' if g.get("parent") else str(g["index"])
+
     def per_gpu(key: str) -> list[tuple[list[str], float | None]]:
-        return [([p["host"], str(g["index"])], g[key]) for g in gpus]
+        return [([p["host"], label(g)], g[key]) for g in gpus]
 
     yield _gauge("qw_gpu_info", "One per GPU, its name, uuid and the source that read it", ["host", "gpu", "name", "uuid", "source"],
-                 [([p["host"], str(g["index"]), g["name"] or "", g["uuid"] or "", g["source"] or ""], 1.0) for g in gpus])
+                 [([p["host"], label(g), g["name"] or "", g["uuid"] or "", g["source"] or ""], 1.0) for g in gpus])
     yield _gauge("qw_gpu_utilization_percent", "GPU busy percent", ["host", "gpu"], per_gpu("util_percent"))
     yield _gauge("qw_gpu_memory_used_bytes", "GPU memory in use", ["host", "gpu"], per_gpu("memory_used_bytes"))
     yield _gauge("qw_gpu_memory_total_bytes", "GPU memory", ["host", "gpu"], per_gpu("memory_total_bytes"))

@@ -23,6 +23,7 @@ class GpuSample:
     memory_total_bytes: int | None
     temperature_c: float | None
     power_w: float | None
+    parent: str | None = None  # a MIG instance's GPU (its UUID): the instance is the device, with memory of its own
 
     @property
     def memory_free_bytes(self) -> int | None:

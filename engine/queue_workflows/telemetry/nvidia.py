@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from queue_workflows.telemetry.gpu_sample import GpuSample, text_or_none, to_bytes, to_float
+from queue_workflows.telemetry.nvml_mig import NvmlDevice, devices_at, is_lost
 from queue_workflows.telemetry.tools import GuardedCall, optional_module, run_tool
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,15 @@ def _read_nvml(nvml: Any) -> list[GpuSample] | None:
     try:
         samples = []
         for index in range(int(nvml.nvmlDeviceGetCount())):
-            sample = _nvml_device(nvml, index)
-            if sample is not None:
-                samples.append(sample)
+            try:
+                found = devices_at(nvml, index)
+            except Exception as exc:  # noqa: BLE001 - GpuIsLost, Unknown: the GPU is absent
+                log.warning("NVML: GPU %d unreadable (%s): left out", index, exc)
+                continue
+            for device in found:
+                sample = _nvml_device(nvml, device)
+                if sample is not None:
+                    samples.append(sample)
         return samples
     finally:
         try:
@@ -58,24 +65,23 @@ class _DeviceLost(Exception):
     pass
 
 
-def _is_lost(exc: Exception) -> bool:
-    text = f"{type(exc).__name__} {exc}".lower()
-    return "gpuislost" in text.replace("_", "") or "gpu is lost" in text
+def _nvml_device(nvml: Any, device: NvmlDevice) -> GpuSample | None:
+    """The device's readings (a GPU's, or a MIG instance's with its parent's UUID); None when it is lost mid-read.
 
-
-def _nvml_device(nvml: Any, index: int) -> GpuSample | None:
-    """The device's readings; None when it is lost, whether at its handle or in the middle of a read."""
+    A MIG instance answers memory, name and UUID; utilization, temperature and power are its
+    parent's and read NotSupported there, so they are None.
+    """
+    index, handle = device.index, device.handle
 
     def field(fn: Any, *args: Any) -> Any:
         try:
             return fn(handle, *args)
         except Exception as exc:  # noqa: BLE001 - NotSupported on this board: the field is unknown
-            if _is_lost(exc):
+            if is_lost(exc):
                 raise _DeviceLost(str(exc)) from None
             return None
 
     try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
         memory = field(nvml.nvmlDeviceGetMemoryInfo)
         rates = field(nvml.nvmlDeviceGetUtilizationRates)
         power_mw = to_float(field(nvml.nvmlDeviceGetPowerUsage))
@@ -89,6 +95,7 @@ def _nvml_device(nvml: Any, index: int) -> GpuSample | None:
             memory_total_bytes=to_bytes(getattr(memory, "total", None), "B"),
             temperature_c=to_float(field(nvml.nvmlDeviceGetTemperature, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))),
             power_w=power_mw / 1000.0 if power_mw is not None else None,
+            parent=None if device.parent is None else text_or_none(nvml.nvmlDeviceGetUUID(device.parent)),
         )
     except Exception as exc:  # noqa: BLE001 - GpuIsLost, Unknown: the device is absent
         log.warning("NVML: GPU %d unreadable (%s): left out", index, exc)

@@ -46,6 +46,10 @@ def _text(value: str | None) -> str | None:
 def _gpu(sample: GpuSample) -> dict[str, Any]:
     fields = asdict(sample)
     fields.update(name=_text(sample.name), uuid=_text(sample.uuid), source=_text(sample.source))
+    if sample.parent is None:
+        del fields["parent"]  # only a MIG instance names its GPU: a whole GPU's entry keeps version 1's keys
+    else:
+        fields["parent"] = _text(sample.parent)
     for key in ("util_percent", "temperature_c", "power_w"):
         fields[key] = _r(fields[key])
     return fields

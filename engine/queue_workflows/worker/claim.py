@@ -253,7 +253,7 @@ class ClaimWorker:
 
     def _execute(self, job: Job) -> tuple[Outcome, float]:
         started = time.monotonic()
-        self.meter.start()
+        self.meter.start(devices=getattr(job, "gpu_devices", None))  # its VRAM is read where it was placed
         outcome, acquired = self._run_job(job)
         self._usage = self.meter.finish(load_seconds=acquired.load_seconds if acquired else None, hit=acquired.hit if acquired else None)
         self.jobs_done += 1
@@ -316,7 +316,7 @@ class ClaimWorker:
             statements.append(usage.statement(self.table, job.id, self.worker_id))
         if outcome.gpu_error == "oom":  # the model needs more than it was placed on (gpu/learn.py)
             statements.extend(learn.raise_need_statements(job, held_bytes=usage.peak_vram_bytes if usage else None,
-                                                          free_gb=self.gpu.free_gb() if self.gpu is not None else None))
+                                                          free_gb=self.gpu.free_gb(getattr(job, "gpu_devices", None)) if self.gpu is not None else None))
             outcome = oom_outcome(job, outcome)
         prefix = len(statements)  # rows of the outcome's own statements start after these
         retry_in = None

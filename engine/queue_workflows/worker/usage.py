@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,10 @@ class ProcessVram:
     def __call__(self) -> int | None:
         return self.memory.process_bytes(is_own)
 
+    def on_devices(self, uuids: Sequence[str]) -> Callable[[], int | None]:
+        """The same reading over these devices only (a job's reservation: NVML lists a MIG instance's processes on the instance)."""
+        return lambda: self.memory.process_bytes(is_own, uuids=uuids)
+
 
 process_vram_bytes = ProcessVram(memory=gpu_memory)
 
@@ -71,10 +75,13 @@ class UsageMeter:
         self._cpu0 = 0.0
         self._t0 = 0.0
 
-    def start(self) -> None:
+    def start(self, devices: Sequence[str] | None = None) -> None:
+        """Begin a job; `devices`, the UUIDs it reserved on, are the ones its VRAM is read on (None: every one)."""
         self._cpu0, self._t0 = _cpu(), time.monotonic()
         if self.vram:
-            self.sampler.start(sample=not getattr(self.vram_probe, "absent", False))
+            scoped = getattr(self.vram_probe, "on_devices", None)
+            probe = scoped(devices) if devices and scoped is not None else None
+            self.sampler.start(sample=not getattr(self.vram_probe, "absent", False), probe=probe)
 
     def finish(self, *, load_seconds: float | None = None, hit: bool | None = None) -> Usage:
         return Usage(

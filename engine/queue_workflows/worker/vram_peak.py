@@ -103,19 +103,20 @@ class PeakSampler:
         self._run: _Run | None = None
         self._thread: threading.Thread | None = None
 
-    def _sample(self, run: _Run) -> None:
+    def _sample(self, run: _Run, probe: Probe) -> None:
         while True:
-            run.seen(self.probe())
+            run.seen(probe())
             if run.stop.is_set() or run.stop.wait(self.interval):
-                run.seen(self.probe())  # the job's end: what it still holds counts too
+                run.seen(probe())  # the job's end: what it still holds counts too
                 return
 
-    def start(self, *, sample: bool = True) -> None:
-        """Begin a job; `sample=False` where the probe is known to read nothing (torch's peak still counts)."""
+    def start(self, *, sample: bool = True, probe: Probe | None = None) -> None:
+        """Begin a job; `sample=False` where the probe is known to read nothing (torch's peak still counts);
+        `probe`, this job's own reading (its reserved devices') in place of the sampler's."""
         self.torch_reset()
         self._run = run = _Run()
         if sample:
-            self._thread = threading.Thread(target=self._sample, args=(run,), name="vram-peak", daemon=True)
+            self._thread = threading.Thread(target=self._sample, args=(run, probe or self.probe), name="vram-peak", daemon=True)
             self._thread.start()
 
     def stop(self) -> int | None:
