@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0044 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0046 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -422,6 +422,16 @@ CREATE FUNCTION public.qw_gpu_need_gb(model text) RETURNS double precision
     AS $$
     SELECT greatest(coalesce(m.learned_vram_gb, m.est_vram_gb), m.oom_need_gb) FROM gpu_models AS m WHERE m.model_id = model
 $$;
+
+CREATE FUNCTION public.qw_gpu_room_freed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT FROM workflow_node_jobs WHERE queue = OLD.queue AND status = 'queued') THEN
+        PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    END IF;
+    RETURN NULL;
+END $$;
 
 CREATE FUNCTION public.qw_gpu_task(node_module text, node_name text) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -1142,6 +1152,8 @@ CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON public.w
 CREATE TRIGGER workflow_node_jobs_flow_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
 
 CREATE TRIGGER workflow_node_jobs_gpu_learn AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'completed'::text) AND (old.status <> 'completed'::text) AND (new.required_model IS NOT NULL) AND (new.peak_vram_bytes IS NOT NULL))) EXECUTE FUNCTION public.qw_gpu_learn();
+
+CREATE TRIGGER workflow_node_jobs_gpu_room_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.gpu_devices IS NOT NULL))) EXECUTE FUNCTION public.qw_gpu_room_freed();
 
 CREATE TRIGGER workflow_node_jobs_parent_node_ended AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (old.status = 'waiting'::text) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))) EXECUTE FUNCTION public.qw_parent_node_ended();
 

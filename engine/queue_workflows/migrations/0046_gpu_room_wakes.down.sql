@@ -1,0 +1,2 @@
+DROP TRIGGER workflow_node_jobs_gpu_room_freed ON workflow_node_jobs;
+DROP FUNCTION qw_gpu_room_freed();
