@@ -1081,6 +1081,8 @@ CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING 
 
 CREATE INDEX workflow_node_jobs_flow_running_idx ON public.workflow_node_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
 
+CREATE INDEX workflow_node_jobs_gang_idx ON public.workflow_node_jobs USING btree (queue, run_after) WHERE ((status = 'queued'::text) AND (gpus > 1));
+
 CREATE INDEX workflow_node_jobs_gpu_devices_idx ON public.workflow_node_jobs USING gin (gpu_devices) WHERE ((status = 'running'::text) AND (gpu_devices IS NOT NULL));
 
 CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);

@@ -44,5 +44,6 @@ def test_a_job_waiting_for_room_starts_when_the_job_holding_it_ends(database_url
     (gap,) = query(database_url, "SELECT extract(epoch FROM w.started_at - b.finished_at) AS s FROM workflow_node_jobs w, workflow_node_jobs b "
                                  "WHERE w.id = %s AND b.id = %s", (waiting, blocking))
     assert status_of(database_url, blocking) == way_out and gap["s"] < 5, gap
-    assert f":{waiter.pid}:" in query(database_url, "SELECT claimed_by FROM workflow_node_jobs WHERE id = %s", (waiting,))[0]["claimed_by"]
+    owners = {r["id"]: r["claimed_by"] for r in query(database_url, "SELECT id, claimed_by FROM workflow_node_jobs WHERE id = ANY(%s)", ([blocking, waiting],))}
+    assert f":{holder.pid}:" in owners[blocking] and f":{waiter.pid}:" in owners[waiting], owners
     assert "Traceback" not in log_text(waiter)

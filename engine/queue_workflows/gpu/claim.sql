@@ -18,11 +18,12 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 -- A gpu worker's claim filter (docs/gpu.md, "Routing"): only the plan's candidates, the next job
 -- of each model it holds or may load and of the jobs needing no model; ORDER BY picks among them.
 -- Then admission by VRAM ("Several jobs per GPU"): a worker that names its devices claims only a
--- job that fits `gpus` of them at once (gpu_room); gpu_reserve repeats the test to pick them.
+-- job that fits `gpus` of them at once (gpu_room), on devices no starving gang job holds for
+-- itself (held_below); gpu_reserve repeats the test to pick them.
 AND c.id = ANY(ARRAY(SELECT cd.id FROM candidates AS cd))
 AND (cardinality(%(gpu_uuids)s::text[]) = 0
      OR (SELECT count(*) FROM gpu_room AS r, LATERAL (SELECT qw_gpu_job_need_gb(c.required_model, c.vram_gb) AS gb) AS need
-          WHERE CASE WHEN need.gb IS NULL THEN r.unused
+          WHERE c.gpus >= r.held_below AND CASE WHEN need.gb IS NULL THEN r.unused
                      ELSE need.gb <= r.room AND (r.free_gb IS NULL OR need.gb <= r.free_gb) END) >= c.gpus)
 
 -- name: gpu_reserve
@@ -34,7 +35,7 @@ AND (cardinality(%(gpu_uuids)s::text[]) = 0
     SELECT array_agg(pick.uuid ORDER BY pick.room, pick.uuid), max(pick.gb)
       FROM (SELECT r.uuid, r.room, coalesce(need.gb, r.total_gb) AS gb
               FROM gpu_room AS r, LATERAL (SELECT qw_gpu_job_need_gb(j.required_model, j.vram_gb) AS gb) AS need
-             WHERE CASE WHEN need.gb IS NULL THEN r.unused
+             WHERE j.gpus >= r.held_below AND CASE WHEN need.gb IS NULL THEN r.unused
                         ELSE need.gb <= r.room AND (r.free_gb IS NULL OR need.gb <= r.free_gb) END
              ORDER BY r.room, r.uuid LIMIT j.gpus) AS pick),
 
@@ -146,9 +147,21 @@ queued_models AS (
      SELECT coalesce(array_agg(a.model ORDER BY a.fitters, a.holders, a.next_id), '{{}}') AS ranked,
             coalesce(array_agg(a.model) FILTER (WHERE a.fitters = 0 AND EXISTS (SELECT 1 FROM others)), '{{}}') AS sole
        FROM allowed AS a
+ ), gang AS MATERIALIZED (
+     -- The oldest multi-GPU job queued longer than QW_GPU_GANG_HOLD_SECONDS (docs/gpu.md, "Busy
+     -- is not warm"): a stream of one-GPU jobs would never leave all its devices free at once, so
+     -- the devices of the live workers that could run it take nothing smaller until it starts.
+     -- It is a candidate whatever the plan says of its model. One probe: workflow_node_jobs_gang_idx.
+     SELECT g.id, g.gpus, qw_gpu_job_need_gb(g.required_model, g.vram_gb) AS gb
+       FROM {table} AS g
+      WHERE g.queue = %(queue)s AND g.status = 'queued' AND g.gpus > 1
+        AND g.run_after < now() - make_interval(secs => %(gang_hold_seconds)s::float8)
+      ORDER BY g.run_after LIMIT 1
  ), candidates AS (
      SELECT s.next_id AS id FROM scored AS s, plan AS p
       WHERE s.model = ANY(%(loaded_models)s::text[]) OR s.model = ANY(p.ranked)
+     UNION ALL
+     SELECT g.id FROM gang AS g
      UNION ALL
      (SELECT q.id FROM {table} AS q
        WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model IS NULL
@@ -161,7 +174,13 @@ queued_models AS (
      SELECT d.uuid, d.total_gb, d.free_gb,
             d.total_gb - %(vram_margin_gb)s::float8
               - coalesce((SELECT sum(r.vram_reserved_gb) FROM {table} AS r WHERE r.status = 'running' AND r.gpu_devices @> ARRAY[d.uuid]), 0) AS room,
-            NOT EXISTS (SELECT FROM {table} AS r WHERE r.status = 'running' AND r.gpu_devices @> ARRAY[d.uuid]) AS unused
+            NOT EXISTS (SELECT FROM {table} AS r WHERE r.status = 'running' AND r.gpu_devices @> ARRAY[d.uuid]) AS unused,
+            -- A starving gang job holds the device (smaller jobs may not reserve on it) while it
+            -- would fit there and this worker, or another live one naming the device, has enough devices for it.
+            coalesce((SELECT g.gpus FROM gang AS g
+                       WHERE coalesce(g.gb, 0) <= d.total_gb - %(vram_margin_gb)s::float8
+                         AND (cardinality(%(gpu_uuids)s::text[]) >= g.gpus
+                              OR EXISTS (SELECT FROM others AS o WHERE cardinality(o.devices) >= g.gpus AND o.devices @> ARRAY[d.uuid]))), 1) AS held_below
        FROM unnest(%(gpu_uuids)s::text[], %(gpu_total_gb)s::float8[], %(gpu_free_gb)s::float8[]) AS d(uuid, total_gb, free_gb)
  ),
 

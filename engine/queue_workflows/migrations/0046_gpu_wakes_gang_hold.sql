@@ -16,3 +16,7 @@ END $$;
 CREATE TRIGGER workflow_node_jobs_gpu_room_freed AFTER UPDATE OF status ON workflow_node_jobs FOR EACH ROW
     WHEN (OLD.status = 'running' AND NEW.status <> 'running' AND OLD.gpu_devices IS NOT NULL)
     EXECUTE FUNCTION qw_gpu_room_freed();
+
+-- The oldest waiting multi-GPU job of a queue in one probe (gpu/claim.sql, `gang`): a routed
+-- claim must not read the backlog to find it.
+CREATE INDEX workflow_node_jobs_gang_idx ON workflow_node_jobs (queue, run_after) WHERE status = 'queued' AND gpus > 1;
