@@ -4,7 +4,8 @@ Four models, each one's jobs enqueued in a block (the depth is what is left once
 claims took theirs); another live gpu worker holds one of them warm, so the plan must count
 that model's queue for the second-copy rule. The worker's own
 transaction is timed, as it sends it: the last job's completion, the turn-taking prelude and
-the next claim in one pipelined commit, on one connection.
+the next claim in one pipelined commit, on one connection; then the claim statement alone, on
+the server (EXPLAIN ANALYZE's execution time, rolled back).
 
     python benchmarks/gpu_claim.py [--depths 300,3000,30000] [--claims 200]
 """
@@ -48,6 +49,22 @@ def _timed_claims(conn: psycopg.Connection, claims: int) -> list[float]:
     return samples
 
 
+def _server_times(conn: psycopg.Connection, claims: int) -> list[float]:
+    """The routed claim's own execution time on the server (EXPLAIN ANALYZE, rolled back): what the
+    statement costs, without the client, the network or the commit, which dominate on a busy box."""
+    from queue_workflows import jobstore, node_queue
+
+    query, params = node_queue.claim_statement(node_queue.NODE_TABLE, "gpu", jobstore.Claimant("bench-gpu-0", 1),
+                                               current_model="m3", loaded_models=["m3"], vram_available_gb=None)
+    samples = []
+    for _ in range(claims):
+        with conn.transaction(force_rollback=True):
+            conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+            (plan,) = conn.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) ") + query, params).fetchone().values()
+        samples.append(plan[0]["Execution Time"] / 1000)
+    return samples
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--depths", default=None, help="queued gpu jobs, comma separated (default 300,3000,30000)")
@@ -71,14 +88,16 @@ def main(argv: list[str] | None = None) -> int:
                     conn.execute("SELECT pg_advisory_lock_shared(%s, 1)", (WORKER_LOCK_NAMESPACE,))
                     _fill(conn, depth, args.claims)
                     samples = _timed_claims(conn, args.claims)
+                    server = _server_times(conn, args.claims)
             finally:
                 db.close_pools()
                 drop_database(server_url, url)
             p50 = median(samples)
             base = base or p50
-            rows.append([f"{depth:,}", f"{p50 * 1000:.2f}", f"{percentile(samples, 99) * 1000:.2f}", f"{p50 / base:.2f}x"])
-            print(f"   {depth:,} queued: p50 {p50 * 1000:.2f} ms", flush=True)
-    print_table(["queued gpu jobs", "p50 ms", "p99 ms", f"p50 vs {depths[0]:,}"], rows)
+            rows.append([f"{depth:,}", f"{p50 * 1000:.2f}", f"{percentile(samples, 99) * 1000:.2f}", f"{p50 / base:.2f}x",
+                         f"{median(server) * 1000:.3f}", f"{min(server) * 1000:.3f}"])
+            print(f"   {depth:,} queued: p50 {p50 * 1000:.2f} ms, the claim's server time p50 {median(server) * 1000:.3f} ms", flush=True)
+    print_table(["queued gpu jobs", "p50 ms", "p99 ms", f"p50 vs {depths[0]:,}", "server p50 ms", "server min ms"], rows)
     print("   Each sample is one commit: the completion, the claim's turn and the next routed claim (docs/gpu.md).")
     return 0
 

@@ -423,6 +423,16 @@ CREATE FUNCTION public.qw_gpu_need_gb(model text) RETURNS double precision
     SELECT greatest(coalesce(m.learned_vram_gb, m.est_vram_gb), m.oom_need_gb) FROM gpu_models AS m WHERE m.model_id = model
 $$;
 
+CREATE FUNCTION public.qw_gpu_room_freed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT FROM workflow_node_jobs WHERE queue = OLD.queue AND status = 'queued') THEN
+        PERFORM pg_notify('qw_ready_' || OLD.queue, OLD.queue);
+    END IF;
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION public.qw_gpu_task(node_module text, node_name text) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -1076,6 +1086,8 @@ CREATE INDEX workflow_node_jobs_finished_idx ON public.workflow_node_jobs USING 
 
 CREATE INDEX workflow_node_jobs_flow_running_idx ON public.workflow_node_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
 
+CREATE INDEX workflow_node_jobs_gang_idx ON public.workflow_node_jobs USING btree (queue, run_after) WHERE ((status = 'queued'::text) AND (gpus > 1));
+
 CREATE INDEX workflow_node_jobs_gpu_devices_idx ON public.workflow_node_jobs USING gin (gpu_devices) WHERE ((status = 'running'::text) AND (gpu_devices IS NOT NULL));
 
 CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
@@ -1147,6 +1159,8 @@ CREATE TRIGGER workflow_node_jobs_flow_admit BEFORE UPDATE OF status ON public.w
 CREATE TRIGGER workflow_node_jobs_flow_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_freed();
 
 CREATE TRIGGER workflow_node_jobs_gpu_learn AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.status = 'completed'::text) AND (old.status <> 'completed'::text) AND (new.required_model IS NOT NULL) AND (new.peak_vram_bytes IS NOT NULL))) EXECUTE FUNCTION public.qw_gpu_learn();
+
+CREATE TRIGGER workflow_node_jobs_gpu_room_freed AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (new.status <> 'running'::text) AND (old.gpu_devices IS NOT NULL))) EXECUTE FUNCTION public.qw_gpu_room_freed();
 
 CREATE TRIGGER workflow_node_jobs_parent_node_ended AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((new.run_id IS NOT NULL) AND (old.status = 'waiting'::text) AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])))) EXECUTE FUNCTION public.qw_parent_node_ended();
 

@@ -59,6 +59,7 @@ def claim_statement(
     loaded_models: Sequence[str] = (),
     vram_available_gb: float | None = None,
     second_copy_backlog: int = 2,
+    gang_hold_seconds: float | None = None,
     aging_seconds: float = 0,
     gpu_devices: Mapping[str, Any] | None = None,
 ) -> Statement:
@@ -72,7 +73,8 @@ def claim_statement(
         "current_model": current_model,
     }
     if with_affinity:
-        params.update(loaded_models=list(loaded_models), vram_available_gb=vram_available_gb, second_copy_backlog=second_copy_backlog)
+        params.update(loaded_models=list(loaded_models), vram_available_gb=vram_available_gb, second_copy_backlog=second_copy_backlog,
+                      gang_hold_seconds=gang_hold_seconds)
         params.update(gpu_devices if gpu_devices is not None else NO_DEVICES)
     return queries.claim_query(table, claim_order, with_affinity), params
 

@@ -306,6 +306,7 @@ def claim_statement(
         loaded_models=loaded_models,
         vram_available_gb=vram_available_gb,
         second_copy_backlog=settings.gpu_second_copy_backlog,
+        gang_hold_seconds=settings.gpu_gang_hold_seconds,
         aging_seconds=settings.claim_aging_seconds,
         gpu_devices=gpu_devices,
     )

@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     gpu_routing: Literal["affinity", "fifo"] = "affinity"  # fifo: plain priority order (a baseline)
     gpu_free_vram_gb: float | None = Field(default=None, ge=0)  # overrides the measured free VRAM (routing)
     gpu_second_copy_backlog: int = Field(default=2, ge=1, le=10_000)  # queued jobs per holder before a second copy
+    # Multi-GPU jobs that wait this long hold their devices against smaller jobs until they start
+    # (docs/gpu.md, "Busy is not warm"); None (configure): never held, and a gang job may starve.
+    gpu_gang_hold_seconds: float | None = Field(default=60.0, ge=0)
     gpu_throttle_percent: float = Field(default=85.0, gt=0, le=100)
     gpu_resume_percent: float = Field(default=75.0, gt=0, le=100)
     swap_throttle_percent: float = Field(default=70.0, gt=0, le=100)

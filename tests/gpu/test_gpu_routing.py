@@ -136,9 +136,11 @@ def test_the_work_rule_counts_every_holder(conn, others):
     others("w-a1", 961, loaded=("A",))
     others("w-a2", 962)
     running_for(conn, "w-a2", "A")
-    enqueue("A", 8)  # 8 s of work, two holders: a third copy needs more than 10 s
+    # Two holders (w-a2 busy with a job just started: 1 s left): a third copy needs
+    # queued x 1 s + 1 s > 2 x (5 s load + 1 s job), more than 11 queued.
+    enqueue("A", 11)
     assert claim() is None
-    enqueue("A", 3)
+    enqueue("A", 1)
     assert claim()["required_model"] == "A"
 
 
