@@ -24,6 +24,7 @@ import psycopg
 
 from queue_workflows import callables, config, db, tasks
 from queue_workflows.common import sqlfile
+from queue_workflows.common.pooler import EXIT_TRANSACTION_POOLER
 from queue_workflows.config import EngineConfig
 from queue_workflows.errors import (
     ConfigError,
@@ -34,6 +35,7 @@ from queue_workflows.errors import (
     QueueWorkflowsError,
     ReservedQueueError,
     SchemaNotReadyError,
+    TransactionPoolerError,
     UnknownQueueError,
 )
 
@@ -182,6 +184,8 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, SchemaNotReadyError):
         unreachable = isinstance(exc.__cause__, DatabaseUnreachableError)
         return (EXIT_FAILED if unreachable else EXIT_USAGE), str(exc)
+    if isinstance(exc, TransactionPoolerError):
+        return EXIT_TRANSACTION_POOLER, str(exc)
     if isinstance(exc, _MUST_FIX):
         return EXIT_USAGE, str(exc)
     if isinstance(exc, psycopg.errors.UndefinedTable):

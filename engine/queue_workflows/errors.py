@@ -43,5 +43,13 @@ class DatabaseUnreachableError(QueueWorkflowsError, ConnectionError):
     """Postgres did not answer (not up yet, wrong host, out of slots); waiting may cure it."""
 
 
+class TransactionPoolerError(ConfigError):
+    """The DSN reaches Postgres through a transaction-mode pooler, and this process needs session state (locks, LISTEN)."""
+
+
+class DatabaseFullError(QueueWorkflowsError, OSError):
+    """Postgres could not write for want of disk space; the write was not made, and may be retried once space returns."""
+
+
 class NodeTimeout(QueueWorkflowsError, TimeoutError):
     """A node's attempt ran past its own `timeout`: the watchdog ended it, and its retry policy may name this class."""
