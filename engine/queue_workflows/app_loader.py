@@ -24,7 +24,6 @@ import psycopg
 
 from queue_workflows import callables, config, db, tasks
 from queue_workflows.common import sqlfile
-from queue_workflows.common.pooler import EXIT_TRANSACTION_POOLER
 from queue_workflows.config import EngineConfig
 from queue_workflows.errors import (
     ConfigError,
@@ -38,6 +37,7 @@ from queue_workflows.errors import (
     TransactionPoolerError,
     UnknownQueueError,
 )
+from queue_workflows.pooler import EXIT_TRANSACTION_POOLER
 
 log = logging.getLogger(__name__)
 

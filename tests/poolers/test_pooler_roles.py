@@ -11,8 +11,7 @@ import qw_test_app
 from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_exit, wait_until
 
 import queue_workflows
-from queue_workflows import bulk, db, node_queue, tasks
-from queue_workflows.common import pooler
+from queue_workflows import bulk, db, node_queue, pooler, tasks
 from queue_workflows.ops import overview, status
 from queue_workflows.worker import exits
 

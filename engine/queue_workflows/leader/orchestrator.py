@@ -18,8 +18,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from queue_workflows import app_loader, config, db
-from queue_workflows.common import pooler
+from queue_workflows import app_loader, config, db, pooler
 from queue_workflows.common.backoff import Backoff
 from queue_workflows.common.wake import WakeEvent
 from queue_workflows.dag.keeper import RunKeeper

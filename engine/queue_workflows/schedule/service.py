@@ -14,8 +14,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 
-from queue_workflows import app_loader, config, db
-from queue_workflows.common import pooler
+from queue_workflows import app_loader, config, db, pooler
 from queue_workflows.errors import ConfigError, QueueWorkflowsError
 from queue_workflows.schedule.clock import Clock
 from queue_workflows.schedule.entries import ScheduleEntry, check_entry, ingest_schedule

@@ -6,8 +6,7 @@ import argparse
 import threading
 from collections.abc import Sequence
 
-from queue_workflows import app_loader, config, db, node_queue
-from queue_workflows.common import pooler
+from queue_workflows import app_loader, config, db, node_queue, pooler
 from queue_workflows.worker import exits
 from queue_workflows.worker.batch import BatchWorker
 from queue_workflows.worker.claim import ClaimWorker

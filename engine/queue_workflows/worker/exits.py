@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import psutil
 
-from queue_workflows.common.pooler import EXIT_TRANSACTION_POOLER
+from queue_workflows.pooler import EXIT_TRANSACTION_POOLER
 
 log = logging.getLogger(__name__)
 
