@@ -27,6 +27,7 @@ from queue_workflows.common import sqlfile
 from queue_workflows.config import EngineConfig
 from queue_workflows.errors import (
     ConfigError,
+    DatabaseFullError,
     DatabaseUnreachableError,
     InvalidNameError,
     InvalidPayloadError,
@@ -184,6 +185,8 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, SchemaNotReadyError):
         unreachable = isinstance(exc.__cause__, DatabaseUnreachableError)
         return (EXIT_FAILED if unreachable else EXIT_USAGE), str(exc)
+    if isinstance(exc, DatabaseFullError):
+        return EXIT_FAILED, str(exc)
     if isinstance(exc, TransactionPoolerError):
         return EXIT_TRANSACTION_POOLER, str(exc)
     if isinstance(exc, _MUST_FIX):

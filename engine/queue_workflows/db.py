@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from queue_workflows import config, migrations, pooler
+from queue_workflows import config, errors, migrations, pooler
 from queue_workflows.errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,9 @@ def transaction(conn: Conn | None = None) -> Iterator[Conn]:
             yield pooled
     except psycopg.errors.UndefinedTable as exc:
         raise SchemaNotReadyError(f"{str(exc).strip().splitlines()[0]}: the queue_workflows schema is missing; {MIGRATE_HINT}") from exc
+    except psycopg.errors.DiskFull as exc:
+        raise errors.DatabaseFullError(f"Postgres is out of disk space ({str(exc).strip().splitlines()[0]}): nothing was written; "
+                                "free space on the database server, then retry (docs/poolers.md)") from exc
 
 
 def one_round_trip(conn: Conn, statements: Sequence[tuple[Any, Any]]) -> list[psycopg.Cursor[Any]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import psycopg
+
 
 class QueueWorkflowsError(Exception):
     """Base class for every error the engine raises on purpose."""
@@ -47,8 +49,11 @@ class TransactionPoolerError(ConfigError):
     """The DSN reaches Postgres through a transaction-mode pooler, and this process needs session state (locks, LISTEN)."""
 
 
-class DatabaseFullError(QueueWorkflowsError, OSError):
-    """Postgres could not write for want of disk space; the write was not made, and may be retried once space returns."""
+class DatabaseFullError(QueueWorkflowsError, psycopg.OperationalError):
+    """Postgres could not write for want of disk space: nothing was written, and a retry may pass once space returns.
+
+    Still a psycopg.OperationalError, so code that retries on those goes on retrying.
+    """
 
 
 class NodeTimeout(QueueWorkflowsError, TimeoutError):
