@@ -29,6 +29,7 @@ _known_lock = threading.Lock()
 
 
 def _backend(conn: psycopg.Connection[Any]) -> int:
+    # Inline, as db.py's own statements are: sqlfile lives in common/, which imports db, which imports this.
     row = conn.execute("SELECT pg_backend_pid()").fetchone()
     assert row is not None
     return int(row[0])
