@@ -16,7 +16,8 @@ def pgbouncer(database_url: str) -> Iterator[Callable[[str], PgBouncer]]:
     started: list[PgBouncer] = []
 
     def start(pool_mode: str) -> PgBouncer:
-        bouncer = PgBouncer(database_url, pool_mode)
+        # A session pool gives each client a server connection for good: room for a worker's and an orchestrator's.
+        bouncer = PgBouncer(database_url, pool_mode, pool_size=30 if pool_mode == "session" else 4)
         started.append(bouncer)
         bouncer.start()
         return bouncer

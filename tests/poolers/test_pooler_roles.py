@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import qw_test_app
-from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_exit, wait_until
+from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_exit, wait_for_log, wait_until
 
 import queue_workflows
 from queue_workflows import bulk, db, node_queue, pooler, tasks
@@ -61,12 +61,14 @@ def test_session_roles_refuse_a_transaction_pooler_with_one_line(database_url, p
     assert query(database_url, "SELECT count(*) AS n FROM worker_heartbeats")[0]["n"] == 0
 
 
-def test_a_worker_runs_jobs_through_a_session_pooler(database_url, pgbouncer, procs: Procs):
+def test_a_worker_and_an_orchestrator_run_through_a_session_pooler(database_url, pgbouncer, procs: Procs):
     bouncer = pgbouncer("session")
     tasks.register_ingest_task("record", qw_test_app.record)
     node_queue.enqueue_ingest_job("record", "fetch", {"token": "via-session-pool"})
+    orchestrator = procs.orchestrator(service_env(bouncer.url, QW_MIGRATE_ON_START="false"))
     worker = procs.worker(service_env(bouncer.url), "fetch")
+    wait_for_log(orchestrator, "orchestrator running: leading term", timeout=60)
     wait_until(lambda: query(database_url, "SELECT 1 FROM ingest_jobs WHERE status = 'completed'") or worker.poll() is not None,
                timeout=60, what="the job to complete through the session pool")
-    assert worker.poll() is None, procs.logs()
+    assert worker.poll() is None and orchestrator.poll() is None, procs.logs()
     assert query(database_url, "SELECT count(*) AS n FROM test_executions WHERE token = 'via-session-pool'")[0]["n"] == 1
