@@ -12,6 +12,7 @@ from procs import TEST_INGEST_QUEUES, Procs, query, service_env, wait_exit, wait
 
 import queue_workflows
 from queue_workflows import bulk, db, node_queue, pooler, tasks
+from queue_workflows.dag import Workflow
 from queue_workflows.ops import overview, status
 from queue_workflows.worker import exits
 
@@ -32,6 +33,7 @@ def test_producers_enqueue_and_read_through_a_transaction_pooler(database_url, p
     db.close_pools()
     queue_workflows.configure(database_url=bouncer.url, ingest_queues=TEST_INGEST_QUEUES)
     tasks.register_ingest_task("record", qw_test_app.record)
+    workflow = Workflow("pooled").node("a", "qw_dag_nodes:echo").node("b", "qw_dag_nodes:echo", deps=["a"])
     for i in range(12):  # past psycopg's prepare threshold (5): a prepared statement would land on another backend
         node_queue.enqueue_ingest_job("record", "fetch", {"token": f"one-{i}"})
         node_queue.enqueue_ingest_jobs([{"task_name": "record", "queue": "fetch", "args": {"token": f"many-{i}"}}])
@@ -39,12 +41,14 @@ def test_producers_enqueue_and_read_through_a_transaction_pooler(database_url, p
         assert status.status_data()["ingest"] is not None
         overview.worker_overview()
         overview.throughput()
+        queue_workflows.start_run(workflow, {"i": i})
     rows = query(database_url, "SELECT count(*) AS n FROM ingest_jobs WHERE status = 'queued'")
     assert rows[0]["n"] == 36
+    assert query(database_url, "SELECT count(*) AS n FROM workflow_runs")[0]["n"] == 12
     out = subprocess.run([sys.executable, "-m", "qw_services.cli", "jobs", "--json", "--limit", "100"], env=service_env(bouncer.url),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert len(json.loads(out.stdout)) == 36, out.stdout[-2000:]
+    assert sum(job["family"] == "ingest" for job in json.loads(out.stdout)) == 36, out.stdout[-2000:]
 
 
 def test_session_roles_refuse_a_transaction_pooler_with_one_line(database_url, pgbouncer, procs: Procs):
