@@ -27,6 +27,7 @@ from queue_workflows.common import sqlfile
 from queue_workflows.config import EngineConfig
 from queue_workflows.errors import (
     ConfigError,
+    DatabaseFullError,
     DatabaseUnreachableError,
     InvalidNameError,
     InvalidPayloadError,
@@ -34,8 +35,10 @@ from queue_workflows.errors import (
     QueueWorkflowsError,
     ReservedQueueError,
     SchemaNotReadyError,
+    TransactionPoolerError,
     UnknownQueueError,
 )
+from queue_workflows.pooler import EXIT_TRANSACTION_POOLER
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +185,10 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, SchemaNotReadyError):
         unreachable = isinstance(exc.__cause__, DatabaseUnreachableError)
         return (EXIT_FAILED if unreachable else EXIT_USAGE), str(exc)
+    if isinstance(exc, DatabaseFullError):
+        return EXIT_FAILED, str(exc)
+    if isinstance(exc, TransactionPoolerError):
+        return EXIT_TRANSACTION_POOLER, str(exc)
     if isinstance(exc, _MUST_FIX):
         return EXIT_USAGE, str(exc)
     if isinstance(exc, psycopg.errors.UndefinedTable):

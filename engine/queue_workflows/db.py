@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from queue_workflows import config, migrations
+from queue_workflows import config, errors, migrations, pooler
 from queue_workflows.errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,9 @@ _pools_lock = threading.Lock()
 
 
 def connect(*, autocommit: bool = False, url: str | None = None) -> Conn:
-    """A new connection with dict rows; the caller closes it."""
-    return psycopg.connect(url or config.current().database_url(), autocommit=autocommit, row_factory=dict_row)
+    """A new connection with dict rows; the caller closes it. No server-side prepared statements through a transaction pooler."""
+    url = url or config.current().database_url()
+    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, prepare_threshold=None if pooler.known_transaction_pooled(url) else 5)
 
 
 def pool() -> ConnectionPool[Conn]:
@@ -50,6 +51,7 @@ def pool() -> ConnectionPool[Conn]:
             # pool that retries in the background until its 30 s checkout timeout.
             try:
                 connect(url=url).close()
+                prepare = None if pooler.is_transaction_pooled(url) else 5  # a statement prepared on one backend is unknown to the next
             except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
                 raise connect_error(exc) from None
             existing = ConnectionPool(
@@ -57,7 +59,7 @@ def pool() -> ConnectionPool[Conn]:
                 connection_class=psycopg.Connection[dict[str, Any]],
                 min_size=1,
                 max_size=cfg.settings.pool_max_size,
-                kwargs={"row_factory": dict_row},
+                kwargs={"row_factory": dict_row, "prepare_threshold": prepare},
                 open=True,
                 name="queue_workflows",
             )
@@ -84,6 +86,9 @@ def transaction(conn: Conn | None = None) -> Iterator[Conn]:
             yield pooled
     except psycopg.errors.UndefinedTable as exc:
         raise SchemaNotReadyError(f"{str(exc).strip().splitlines()[0]}: the queue_workflows schema is missing; {MIGRATE_HINT}") from exc
+    except psycopg.errors.DiskFull as exc:
+        raise errors.DatabaseFullError(f"Postgres is out of disk space ({str(exc).strip().splitlines()[0]}): nothing was written; "
+                                "free space on the database server, then retry (docs/poolers.md)") from exc
 
 
 def one_round_trip(conn: Conn, statements: Sequence[tuple[Any, Any]]) -> list[psycopg.Cursor[Any]]:
@@ -277,14 +282,8 @@ def wait_for_schema(
 
 SCHEMA_WAIT_QUIET_SECONDS = 5.0
 MIGRATE_HINT = "run `qw migrate` (or start `queue-orchestrator`, which applies migrations)"
-_WAIT_CURES = (
-    "the database system is starting up",
-    "the database system is shutting down",
-    "the database system is in recovery mode",
-    "the database system is not yet accepting connections",
-    "too many clients",
-    "remaining connection slots",
-)
+_WAIT_CURES = ("the database system is starting up", "the database system is shutting down", "the database system is in recovery mode",
+               "the database system is not yet accepting connections", "too many clients", "remaining connection slots")
 _LOGIN_REFUSED = ("password authentication failed", "authentication failed", "no pg_hba.conf entry", "role ", "password")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import psycopg
+
 
 class QueueWorkflowsError(Exception):
     """Base class for every error the engine raises on purpose."""
@@ -41,6 +43,17 @@ class MigrationError(QueueWorkflowsError, RuntimeError):
 
 class DatabaseUnreachableError(QueueWorkflowsError, ConnectionError):
     """Postgres did not answer (not up yet, wrong host, out of slots); waiting may cure it."""
+
+
+class TransactionPoolerError(ConfigError):
+    """The DSN reaches Postgres through a transaction-mode pooler, and this process needs session state (locks, LISTEN)."""
+
+
+class DatabaseFullError(QueueWorkflowsError, psycopg.OperationalError):
+    """Postgres could not write for want of disk space: nothing was written, and a retry may pass once space returns.
+
+    Still a psycopg.OperationalError, so code that retries on those goes on retrying.
+    """
 
 
 class NodeTimeout(QueueWorkflowsError, TimeoutError):

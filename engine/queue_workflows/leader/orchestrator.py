@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from queue_workflows import app_loader, config, db
+from queue_workflows import app_loader, config, db, pooler
 from queue_workflows.common.backoff import Backoff
 from queue_workflows.common.wake import WakeEvent
 from queue_workflows.dag.keeper import RunKeeper
@@ -65,6 +65,8 @@ def run(stop_event: threading.Event) -> int:
     """Migrations, then lead (or stand by, then lead) until `stop_event` is set."""
     if not bootstrap_when_reachable(stop_event):
         return 0
+    cfg = config.current()
+    pooler.require_session(cfg.database_url(), source=cfg.db_url_env)  # leadership and LISTEN are session state
     elector = Elector()
     reclaimed = 0
     try:

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 
-from queue_workflows import app_loader, config, db
+from queue_workflows import app_loader, config, db, pooler
 from queue_workflows.errors import ConfigError, QueueWorkflowsError
 from queue_workflows.schedule.clock import Clock
 from queue_workflows.schedule.entries import ScheduleEntry, check_entry, ingest_schedule
@@ -108,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         db.wait_for_schema(url=loaded.config.database_url(), stop=stop)
         if stop.is_set():
             return 0
+        pooler.require_session(loaded.config.database_url(), source=loaded.config.db_url_env)  # a long-running role, kept off a transaction pooler like the others (docs/poolers.md)
         return run_once() if args.once else run(stop)
 
     return app_loader.run_tool(_body)

@@ -6,7 +6,7 @@ import argparse
 import threading
 from collections.abc import Sequence
 
-from queue_workflows import app_loader, config, db, node_queue
+from queue_workflows import app_loader, config, db, node_queue, pooler
 from queue_workflows.worker import exits
 from queue_workflows.worker.batch import BatchWorker
 from queue_workflows.worker.claim import ClaimWorker
@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     db.wait_for_schema(url=loaded.config.database_url(), stop=stop)  # SIGINT/SIGTERM end the wait at once
     if stop.is_set():
         return exits.EXIT_OK
+    pooler.require_session(loaded.config.database_url(), source=loaded.config.db_url_env)  # its lock and LISTEN are session state
     if args.queue not in node_queue.NODE_QUEUES:
         app_loader.warn_unrunnable_jobs(args.queue, loaded)
     id_notes.note(worker.worker_id, loaded.config.database_url())  # for `qw health worker` in this container

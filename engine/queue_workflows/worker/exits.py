@@ -17,6 +17,8 @@ from contextlib import contextmanager
 
 import psutil
 
+from queue_workflows.pooler import EXIT_TRANSACTION_POOLER
+
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
@@ -25,6 +27,7 @@ EXIT_STALLED = 76
 EXIT_JOB_TAKEN = 77
 EXIT_DEVICE_ERROR = 78
 EXIT_HARD_STOP = 79
+EXIT_TRANSACTION_POOLER = EXIT_TRANSACTION_POOLER  # 80, at start: the DSN goes through a transaction-mode pooler (docs/poolers.md)
 
 
 _owns_tree = False  # set where the process belongs to one worker: only then are its descendants the job's

@@ -80,6 +80,7 @@ class WorkerSession:
         self.url = url
         self.stop_event = stop_event
         self.backoff = backoff or Backoff()
+        self.disk_full_backoff = Backoff(initial=0.25, maximum=5.0)
         self.sleep_fn = sleep_fn
         self.lock_key: int | None = None
         self._conn: db.Conn | None = None
@@ -134,7 +135,15 @@ class WorkerSession:
             while True:
                 conn = self.conn
                 try:
-                    return fn(conn)
+                    result = fn(conn)
+                    self.disk_full_backoff.reset()
+                    return result
+                except psycopg.errors.DiskFull as exc:  # the session is fine; what it must write has nowhere to go
+                    delay = self.disk_full_backoff.next_delay()
+                    log.warning("Postgres is out of disk space (%s); trying again in %.2fs", first_line(exc), delay)
+                    self._discard()  # a clean session for the retry, whatever state the failed statement left
+                    if self.stop_event.wait(delay):
+                        raise SessionClosed("worker stopping") from None
                 except psycopg.OperationalError as exc:
                     log.warning("lost database session: %s", first_line(exc))
                     self._discard()

@@ -19,6 +19,7 @@ import anyio
 import psycopg
 from psycopg import sql
 
+from queue_workflows import pooler
 from queue_workflows.common.health_stamp import HealthStamp
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ class Hub:
         delay = 0.2
         while True:
             try:
+                if await anyio.to_thread.run_sync(pooler.is_transaction_pooled, self.url):
+                    await self._poll_only()
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, application_name="qw-dashboard-listen") as conn:
                     for channel in CHANNELS:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
@@ -136,6 +139,14 @@ class Hub:
                 log.warning("dashboard listener: %s; reconnecting in %.1fs", str(exc).strip().splitlines()[0] if str(exc) else exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _poll_only(self) -> None:
+        """Behind a transaction-mode pooler a LISTEN would stay on a server connection other clients get next:
+        the panels are re-read every `refresh_seconds` instead, and live host metrics wait for that read."""
+        log.warning("dashboard: the database URL goes through a transaction-mode pooler, where LISTEN cannot work; "
+                    "refreshing the panels every %.1fs instead (docs/poolers.md)", self.refresh_seconds)
+        self.listening.set()
+        await asyncio.Event().wait()  # until the hub stops: _refresh re-reads on its own timer
 
     async def _deliver(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Hand on every notification, waiting in the event loop's reader on the socket (psycopg's own wait wakes every 0.1 s)."""
