@@ -53,8 +53,8 @@ def job_device() -> torch.device:
         return torch.device("cpu")
     reserved = set(current_devices())
     for index in range(torch.cuda.device_count()):
-        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-        if uuid is not None and f"GPU-{uuid}" in reserved:
+        uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", ""))  # NVML's UUID without its "GPU-"
+        if uuid and (uuid in reserved or f"GPU-{uuid}" in reserved):
             return torch.device("cuda", index)
     return torch.device("cuda", 0)
 
