@@ -18,10 +18,16 @@ def run(inputs: dict[str, Any]) -> dict[str, Any]:
     With `oom: "raise" | "exit"` it runs out of GPU memory after holding `hold` bytes (see _out_of_memory).
     With `vram_wave: [high, low]` (bytes) and a fake NVML (tests/support/fake_nvml), the job holds
     `high` until NVML was read twice and ten sample intervals passed (at most 10 s), then drops to `low`.
+    With `torch_peak: {"reserved", "allocated"}` (bytes) and a fake torch (tests/support/fake_torch), the job's
+    allocator reaches those figures.
     """
     if "hold_gb" in inputs:
         _hold(float(inputs["hold_gb"]), float(inputs.get("seconds", 0)), inputs.get("spans"), inputs.get("until"), float(inputs.get("at_least", 0)))
     time.sleep(float(inputs.get("sleep", 0)))
+    if "torch_peak" in inputs:
+        import torch  # the fake, on this worker's PYTHONPATH
+
+        torch.reach(os.environ["QW_FAKE_TORCH"], **inputs["torch_peak"])
     if "vram_wave" in inputs:
         _vram_wave(*inputs["vram_wave"])
     if "oom" in inputs:

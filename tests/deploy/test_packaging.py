@@ -40,3 +40,11 @@ def test_the_build_ships_every_data_file_and_the_py_typed_markers(tmp_path):
             if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts:
                 source.add(f"{top}/{path.relative_to(ROOT / rel)}")
     assert source <= built, f"data files the wheel would leave out: {sorted(source - built)}"
+
+
+def test_ci_installs_the_torch_extra_before_the_readme_test_command():
+    # Without it the PyTorch example's test (tests/gpu/test_gpu_torch_model.py) would skip in CI.
+    assert PROJECT["project"]["optional-dependencies"]["torch"], "the torch extra"
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    readme = lines.index("pip install -e '.[test]' && pytest")  # the README's command, verbatim
+    assert "pip install -e '.[torch]'" in lines[:readme]

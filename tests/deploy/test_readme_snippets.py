@@ -5,10 +5,12 @@ its own that already has the engine's migrations, with both MY_DB_URL and QW_DAT
 pointing at it. A block must either exit 0 on its own within SNIPPET_TIMEOUT seconds, or
 have a comment saying `runs until stopped` (a worker, say): the test then waits until every
 job the block enqueued has finished, sends SIGTERM, and expects exit code 0 and no failed job.
+A block whose first line is `# needs: MODULE` (an optional extra's) skips where MODULE is not installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```", re.S | re.M)
 RUNS_UNTIL_STOPPED = re.compile(r"#.*\bruns until stopped\b")
+NEEDS = re.compile(r"\A# needs: ([\w.]+)")
 SNIPPET_TIMEOUT = 60.0
 JOBS = "SELECT status, count(*) AS n FROM {} GROUP BY status"
 
@@ -54,6 +57,8 @@ def test_the_readme_application_snippet_is_covered():
 
 @pytest.mark.parametrize("code", _snippets())
 def test_snippet_runs_as_written(code, tmp_path, scratch_database_url):
+    if (needs := NEEDS.match(code)) and importlib.util.find_spec(needs.group(1)) is None:
+        pytest.skip(f"the snippet needs {needs.group(1)}, which is not installed (an optional extra)")
     db.bootstrap(url=scratch_database_url)
     (tmp_path / "snippet.py").write_text(code)
     env = {k: v for k, v in os.environ.items() if not k.startswith("QW_") and k != "PYTHONPATH"}

@@ -157,14 +157,14 @@ def test_the_sampler_keeps_the_highest_reading_and_torch_peak_counts_too():
         return value
 
     resets: list[int] = []
-    sampler = PeakSampler(probe, interval=0.01, torch_reset=lambda: resets.append(1), torch_peak=lambda: None)
+    sampler = PeakSampler(probe, interval=0.01, framework_reset=lambda: resets.append(1), framework_peak=lambda: None)
     sampler.start()
     assert seen.wait(10)
     assert sampler.stop() == 5 * GIB and resets == [1]
-    with_torch = PeakSampler(lambda: GIB, interval=0.01, torch_reset=lambda: None, torch_peak=lambda: 7 * GIB)
+    with_torch = PeakSampler(lambda: GIB, interval=0.01, framework_reset=lambda: None, framework_peak=lambda: 7 * GIB)
     with_torch.start()
     assert with_torch.stop() == 7 * GIB  # an allocation too short for any sample, seen by torch's own peak
-    nothing = PeakSampler(lambda: None, interval=0.01, torch_reset=lambda: None, torch_peak=lambda: None)
+    nothing = PeakSampler(lambda: None, interval=0.01, framework_reset=lambda: None, framework_peak=lambda: None)
     nothing.start()
     assert nothing.stop() is None
 

@@ -1,21 +1,21 @@
-"""A job's peak VRAM: sampled on a thread through the job, and torch's own peak where torch runs on CUDA.
+"""A job's peak VRAM: sampled on a thread through the job, and the framework's own peak where torch runs on CUDA.
 
 A reading at the job's end sees what the job still holds, not what it needed: a job that
 allocates 20 GB, frees it and returns reads as 0. The sampler reads the worker process's (and
 its children's) GPU memory every `interval` seconds from the job's start to its end and keeps
-the highest; where the job used torch on CUDA, torch's peak allocation since the job started
-counts too (it sees allocations too short for any sampler, but not the CUDA context's own
-memory, which NVML counts).
+the highest; where the job used torch on CUDA, torch's peak reserved memory since the job
+started counts too (worker/framework_peak.py: it sees allocations too short for any sampler,
+but not the CUDA context's own memory, which NVML counts). The larger of the two is the peak.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+
+from queue_workflows.worker.framework_peak import framework_peak_bytes, framework_reset_peak
 
 log = logging.getLogger(__name__)
 
@@ -44,38 +44,6 @@ def is_own(pid: int, *, depth: int = 32) -> bool:
     return False
 
 
-def _cuda_torch() -> Any:
-    """torch, when the job's code imported it and it has a CUDA context (never created here)."""
-    torch = sys.modules.get("torch")
-    try:
-        return torch if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    except Exception:  # noqa: BLE001 - a torch without CUDA support
-        return None
-
-
-def torch_reset_peak() -> None:
-    torch = _cuda_torch()
-    if torch is None:
-        return
-    try:
-        for device in range(torch.cuda.device_count()):
-            torch.cuda.reset_peak_memory_stats(device)
-    except Exception as exc:  # noqa: BLE001 - best effort
-        log.debug("torch.cuda.reset_peak_memory_stats failed: %s", exc)
-
-
-def torch_peak_bytes() -> int | None:
-    """torch's peak allocation since the last reset, summed over its devices; None without torch on CUDA."""
-    torch = _cuda_torch()
-    if torch is None:
-        return None
-    try:
-        return sum(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))
-    except Exception as exc:  # noqa: BLE001 - best effort
-        log.debug("torch.cuda.max_memory_allocated failed: %s", exc)
-        return None
-
-
 class _Run:
     """One job's readings: a sampler thread abandoned while stuck writes only to its own job's."""
 
@@ -94,12 +62,12 @@ class PeakSampler:
     """`start()` when the job starts, `stop()` when it ends: the highest reading in between (None: none read)."""
 
     def __init__(self, probe: Probe, *, interval: float, join_seconds: float = 3.0,
-                 torch_reset: Callable[[], None] = torch_reset_peak, torch_peak: Probe = torch_peak_bytes) -> None:
+                 framework_reset: Callable[[], None] = framework_reset_peak, framework_peak: Probe = framework_peak_bytes) -> None:
         self.probe = probe
         self.interval = interval
         self.join_seconds = join_seconds  # a probe stuck past its own deadline is not waited for
-        self.torch_reset = torch_reset
-        self.torch_peak = torch_peak
+        self.framework_reset = framework_reset
+        self.framework_peak = framework_peak
         self._run: _Run | None = None
         self._thread: threading.Thread | None = None
 
@@ -111,9 +79,9 @@ class PeakSampler:
                 return
 
     def start(self, *, sample: bool = True, probe: Probe | None = None) -> None:
-        """Begin a job; `sample=False` where the probe is known to read nothing (torch's peak still counts);
+        """Begin a job; `sample=False` where the probe is known to read nothing (the framework's peak still counts);
         `probe`, this job's own reading (its reserved devices') in place of the sampler's."""
-        self.torch_reset()
+        self.framework_reset()
         self._run = run = _Run()
         if sample:
             self._thread = threading.Thread(target=self._sample, args=(run, probe or self.probe), name="vram-peak", daemon=True)
@@ -126,6 +94,6 @@ class PeakSampler:
         run.stop.set()
         if thread is not None:
             thread.join(self.join_seconds)
-        run.seen(self.torch_peak())
+        run.seen(self.framework_peak())  # the larger of it and the sampled peak
         with run.lock:
             return run.peak
