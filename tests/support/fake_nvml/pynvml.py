@@ -4,13 +4,17 @@ The devices live in the JSON file named by QW_FAKE_NVML, re-read on every call, 
 job) changes them while the worker runs: {"init_error": null | "text", "devices": [{"name", "uuid",
 "total", "base_used", "procs": {"<pid>": bytes}}]}. A device's used memory is its base plus what
 its processes hold (per-process accounting, as NVML reports it). Each per-process query appends a
-line to `<file>.queries`, so a job can wait until it has been sampled.
+line to `<file>.queries`, so a job can wait until it has been sampled. `allocate` is the driver's
+side: a process takes memory, or gets CUDA's out-of-memory error when the device has less free.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -102,16 +106,68 @@ def write_state(path: str, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _locked(path: str) -> Iterator[dict[str, Any]]:
+    """The state, read and written back under one lock: processes changing it at once lose no change."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(path) as f:
+            state = json.load(f)
+        yield state
+        write_state(path, state)
+
+
 def set_process_memory(path: str, pid: int, nbytes: int, device: int = 0) -> None:
     """What process `pid` holds on `device` from now on (0 drops it from the device's process list)."""
-    with open(path) as f:
-        state = json.load(f)
-    procs = state["devices"][device].setdefault("procs", {})
-    if nbytes:
-        procs[str(pid)] = nbytes
-    else:
-        procs.pop(str(pid), None)
-    write_state(path, state)
+    with _locked(path) as state:
+        procs = state["devices"][device].setdefault("procs", {})
+        if nbytes:
+            procs[str(pid)] = nbytes
+        else:
+            procs.pop(str(pid), None)
+
+
+class OutOfMemoryError(RuntimeError):
+    """What `allocate` raises: named as torch's, and worded as CUDA's, so the engine tells it (gpu/errors.py)."""
+
+
+def _index(state: dict[str, Any], device: int | str) -> int:
+    if isinstance(device, int):
+        return device
+    uuids = [str(d.get("uuid", f"GPU-fake-{i}")) for i, d in enumerate(state["devices"])]
+    return uuids.index(device)
+
+
+def allocate(path: str, pid: int, nbytes: int, device: int | str = 0) -> None:
+    """Process `pid` takes `nbytes` more on `device` (index or UUID), or, when the device has less free,
+    raises OutOfMemoryError and appends a line to `<file>.ooms`; one lock over both, as the driver's is."""
+    with _locked(path) as state:
+        dev = state["devices"][_index(state, device)]
+        used = int(dev.get("base_used", 0)) + sum(int(v) for v in dev.get("procs", {}).values())
+        free = int(dev["total"]) - used
+        if nbytes > free:
+            with open(path + ".ooms", "a") as f:
+                f.write(f"{pid} {dev.get('uuid')} {nbytes} {free}\n")
+            raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {nbytes / 2**30:.2f} GiB "
+                                   f"({free / 2**30:.2f} GiB free on {dev.get('uuid')})")
+        procs = dev.setdefault("procs", {})
+        procs[str(pid)] = int(procs.get(str(pid), 0)) + nbytes
+
+
+def release(path: str, pid: int) -> None:
+    """Process `pid` gives back everything it holds, on every device."""
+    with _locked(path) as state:
+        for dev in state["devices"]:
+            dev.get("procs", {}).pop(str(pid), None)
+
+
+def ooms(path: str) -> int:
+    """Allocations refused so far."""
+    try:
+        with open(path + ".ooms") as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
 
 
 def queries(path: str) -> int:
