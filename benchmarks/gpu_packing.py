@@ -225,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             whole = DEVICES * CAPACITY_GB * res["span"]
             print(f"   {name}: of capacity x makespan, unused room that a queued job fitted {res['fit_gbs'] / whole:.1%}, smaller than"
                   f" every queued job {res['small_gbs'] / whole:.1%}, with nothing queued {res['drain_gbs'] / whole:.1%}, the margin"
-                  f" {MARGIN_GB / CAPACITY_GB:.1%}; model loads {res['load_seconds']:.0f} s;"
-                  + (f" reserved / held VRAM-seconds {res['reserved_gbs'] / res['held_gbs']:.2f}x" if res["reserved_gbs"] else "")
+                  f" {MARGIN_GB / CAPACITY_GB:.1%}; model loads {res['load_seconds']:.0f} s"
+                  + (f"; reserved / held VRAM-seconds {res['reserved_gbs'] / res['held_gbs']:.2f}x" if res["reserved_gbs"] else "")
                   + (f", last two-GPU job started at {res['last_gang_start']:.1f} s of {res['span']:.1f}" if res["last_gang_start"] else ""))
     packed, base, fifo = got.get("packed"), got.get("one job per GPU"), got.get("FIFO")
     if packed:
