@@ -4,7 +4,8 @@ The devices live in the JSON file named by QW_FAKE_NVML, re-read on every call, 
 job) changes them while the worker runs: {"init_error": null | "text", "devices": [{"name", "uuid",
 "total", "base_used", "procs": {"<pid>": bytes}}]}. A device's used memory is its base plus what
 its processes hold (per-process accounting, as NVML reports it). Each per-process query appends a
-line to `<file>.queries`, so a job can wait until it has been sampled.
+line to `<file>.queries`, so a job can wait until it has been sampled. `allocate` is the driver's
+side: a process takes memory, or gets CUDA's out-of-memory error when the device has less free.
 
 MIG: a device with a "mig" list is a GPU in MIG mode ("mig_mode": 0 turns it off) whose entries are
 its instances by index, each {"uuid": "MIG-...", "total", "base_used", "procs"} with memory and
@@ -17,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -182,35 +184,74 @@ def _entry(state: dict[str, Any], device: int | str) -> dict[str, Any]:
     """A GPU by index, or a GPU or MIG instance by UUID."""
     if isinstance(device, int):
         return state["devices"][device]
-    for dev in state["devices"]:
-        for entry in [dev, *(i for i in dev.get("mig") or [] if i is not None)]:
-            if entry.get("uuid") == device:
+    for n, dev in enumerate(state["devices"]):
+        if dev.get("uuid", f"GPU-fake-{n}") == device:
+            return dev
+        for entry in dev.get("mig") or []:
+            if entry is not None and entry.get("uuid") == device:
                 return entry
     raise KeyError(f"no fake device {device!r}")
 
 
 @contextmanager
-def _locked(path: str):
-    """Writers in several processes (one per job) each read, change and replace the file: one at a time, or one's change is lost."""
+def _locked(path: str) -> Iterator[dict[str, Any]]:
+    """The state, read and written back under one lock: processes changing it at once (one per job) lose no change."""
     with open(path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            with open(path) as f:
+                state = json.load(f)
+            yield state
+            write_state(path, state)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def set_process_memory(path: str, pid: int, nbytes: int, device: int | str = 0) -> None:
     """What process `pid` holds on `device` (an index, or a GPU's or MIG instance's UUID) from now on (0 drops it)."""
-    with _locked(path):
-        with open(path) as f:
-            state = json.load(f)
+    with _locked(path) as state:
         procs = _entry(state, device).setdefault("procs", {})
         if nbytes:
             procs[str(pid)] = nbytes
         else:
             procs.pop(str(pid), None)
-        write_state(path, state)
+
+
+class OutOfMemoryError(RuntimeError):
+    """What `allocate` raises: named as torch's, and worded as CUDA's, so the engine tells it (gpu/errors.py)."""
+
+
+def allocate(path: str, pid: int, nbytes: int, device: int | str = 0) -> None:
+    """Process `pid` takes `nbytes` more on `device` (index or UUID), or, when the device has less free,
+    raises OutOfMemoryError and appends a line to `<file>.ooms`; one lock over both, as the driver's is."""
+    with _locked(path) as state:
+        dev = _entry(state, device)
+        used = int(dev.get("base_used", 0)) + sum(int(v) for v in dev.get("procs", {}).values())
+        free = int(dev["total"]) - used
+        if nbytes > free:
+            with open(path + ".ooms", "a") as f:
+                f.write(f"{pid} {dev.get('uuid')} {nbytes} {free}\n")
+            raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {nbytes / 2**30:.2f} GiB "
+                                   f"({free / 2**30:.2f} GiB free on {dev.get('uuid')})")
+        procs = dev.setdefault("procs", {})
+        procs[str(pid)] = int(procs.get(str(pid), 0)) + nbytes
+
+
+def release(path: str, pid: int) -> None:
+    """Process `pid` gives back everything it holds, on every device."""
+    with _locked(path) as state:
+        for dev in state["devices"]:
+            for entry in [dev, *(i for i in dev.get("mig") or [] if i is not None)]:
+                entry.get("procs", {}).pop(str(pid), None)
+
+
+def ooms(path: str) -> int:
+    """Allocations refused so far."""
+    try:
+        with open(path + ".ooms") as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
 
 
 def queries(path: str) -> int:
