@@ -12,15 +12,19 @@ SELECT EXISTS (SELECT 1 FROM workflow_node_jobs WHERE status = 'running')
 -- name: lockless_jobs
 -- Running jobs whose worker no session speaks for any more: suspects, reclaimed only if
 -- still lockless a moment later (a live worker restores a dropped connection within that).
--- A job claimed before the current server start lost its lock in the restart, not in a
--- crash: its worker gets the grace period to reconnect and retake the lock. (A batch row
--- not started yet has no started_at: its claim or last renewal stands in.)
+-- A job claimed before this server's lock table began lost its lock with the old one, not in a
+-- crash: its worker gets the grace period to reconnect and retake the lock. The lock table
+-- begins at a restart, and at a standby's promotion (a failover: advisory locks are not
+-- replicated), after the last transaction the standby replayed, which is later than any
+-- claim made on the old primary. (A batch row not started yet has no started_at: its claim
+-- or last renewal stands in.)
 SELECT j.id
   FROM {table} j
+  CROSS JOIN (SELECT greatest(pg_postmaster_start_time(), pg_last_xact_replay_timestamp()) AS since) locks
  WHERE j.status = 'running'
    AND j.claim_lock_key IS NOT NULL
-   AND (coalesce(j.started_at, j.updated_at) > pg_postmaster_start_time()
-        OR pg_postmaster_start_time() < now() - make_interval(secs => %(session_grace_seconds)s))
+   AND (coalesce(j.started_at, j.updated_at) > locks.since
+        OR locks.since < now() - make_interval(secs => %(session_grace_seconds)s))
    AND j.claim_lock_key::bigint NOT IN (SELECT lock_key FROM qw_worker_sessions);
 
 -- name: reclaim_orphans
