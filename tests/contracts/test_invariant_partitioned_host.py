@@ -121,3 +121,23 @@ def test_a_partitioned_worker_stops_before_its_lease_lapses_and_rejoins_when_the
     assert pid_of(_job(url, after)["claimed_by"]) == restarted.pid
     print(f"partition ({direction}): worker stopped itself after {stopped_after:.2f}s, job taken over after {takeover:.2f}s "
           f"(lease {LEASE:g}s); restarted worker rejoined {rejoined:.2f}s after the network returned")
+
+
+def test_an_idle_worker_that_stays_up_through_a_partition_claims_again_soon_after_it_heals(
+    netns: netns_support.Netns, tcp_url: str, private_database_url: str, procs: Procs,
+) -> None:
+    """Its blocked statements fail within QW_DB_NETWORK_TIMEOUT_SECONDS and it reconnects: no wait on the kernel's retransmissions."""
+    url, outage = private_database_url, 8.0
+    env = _env(tcp_url) | {"QW_POLL_SECONDS": "1", "QW_DB_NETWORK_TIMEOUT_SECONDS": "2"}
+    worker = procs._spawn("worker-fetch-cut", netns.argv(sys.executable, "-m", "qw_services.worker", "--queue=fetch"), env)
+    wait_workers_ready(url, [worker])
+    netns.cut("both")
+    time.sleep(outage)  # the outage itself: its heartbeats and polls are sent into the void meanwhile
+    netns.heal()
+    healed_at = time.monotonic()
+    job_id = _enqueue(url, "after-outage", hold=0)
+    wait_until(lambda: _job(url, job_id)["status"] == "completed", timeout=30, what=f"the job done\n{procs.logs()}")
+    back_after = time.monotonic() - healed_at
+    print(f"idle worker through a {outage:g}s partition: ran a job {back_after:.2f}s after the network returned")
+    assert worker.poll() is None and pid_of(_job(url, job_id)["claimed_by"]) == worker.pid, procs.logs()
+    assert back_after < 3.5, f"the worker took {back_after:.2f}s to claim again after the network returned\n{log_text(worker)[-2000:]}"
