@@ -9,6 +9,7 @@ TCP through a veth pair; iptables inside the namespace drops its packets, so onl
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -141,3 +142,32 @@ def test_an_idle_worker_that_stays_up_through_a_partition_claims_again_soon_afte
     print(f"idle worker through a {outage:g}s partition: ran a job {back_after:.2f}s after the network returned")
     assert worker.poll() is None and pid_of(_job(url, job_id)["claimed_by"]) == worker.pid, procs.logs()
     assert back_after < 3.5, f"the worker took {back_after:.2f}s to claim again after the network returned\n{log_text(worker)[-2000:]}"
+
+
+def test_a_claim_whose_reply_comes_back_after_its_lease_is_never_run(
+    netns: netns_support.Netns, tcp_url: str, private_database_url: str, procs: Procs,
+) -> None:
+    """Replies dropped: the claim commits on the server, its lease lapses, another worker runs the job;
+    when the reply finally arrives the worker must not start it (its lease counts from when it was sent)."""
+    url = private_database_url
+    env = _env(tcp_url) | {"QW_POLL_SECONDS": "0.5", "QW_IDLE_BATON": "false", "QW_DB_NETWORK_TIMEOUT_SECONDS": "60"}
+    late = procs._spawn("worker-fetch-late", netns.argv(sys.executable, "-m", "qw_services.worker", "--queue=fetch"), env)
+    procs.orchestrator(_env(url))
+    wait_workers_ready(url, [late])
+    netns.cut("in")
+    token = "late-reply"
+    job_id = _enqueue(url, token, hold=3)
+    wait_until(lambda: (r := _job(url, job_id))["claimed_by"] and pid_of(r["claimed_by"]) == late.pid, timeout=10,
+               what=f"the claim committed on the server\n{procs.logs()}")
+    taker = procs.worker(_env(url), "fetch")
+    wait_until(lambda: (r := _job(url, job_id))["claimed_by"] and pid_of(r["claimed_by"]) == taker.pid, timeout=6 * LEASE,
+               what=f"job taken over\n{procs.logs()}")
+    netns.heal()  # the server's retransmission of the claim's reply now gets through
+    done = wait_until(lambda: (r := _job(url, job_id))["status"] == "completed" and r, timeout=20, what=f"job done\n{procs.logs()}")
+    try:
+        code: int | None = late.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        code = None
+    assert _executions(url, token) == [taker.pid], f"the late claim's job ran on the cut-off worker too\n{procs.logs()}"
+    assert code == 77 and "to come back" in log_text(late), f"exit {code}\n{procs.logs()}"
+    assert pid_of(done["claimed_by"]) == taker.pid
