@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
 from typing import Any
-
-import select
 
 import psycopg
 import qw_test_app  # noqa: F401 - registers the usual test tasks too

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 import qw_fault_tasks
-from procs import Procs, pid_of, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
+from procs import Procs, pid_of, query, service_env, wait_exit, wait_until, wait_workers_ready
 
 from queue_workflows import db, node_queue, register_ingest_task
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import netns as netns_support
 import pytest
 import qw_fault_tasks
-from procs import PrivatePostgres, Procs, log_text, pid_of, query, service_env, wait_exit, wait_for_log, wait_until, wait_workers_ready
+from procs import PrivatePostgres, Procs, log_text, pid_of, query, service_env, wait_exit, wait_until, wait_workers_ready
 from psycopg import conninfo
 
 from queue_workflows import db, node_queue, register_ingest_task
