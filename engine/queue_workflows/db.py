@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from queue_workflows import config, errors, migrations, pooler
+from queue_workflows.common.network import network_timeouts
 from queue_workflows.errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,11 @@ _pools_lock = threading.Lock()
 
 
 def connect(*, autocommit: bool = False, url: str | None = None) -> Conn:
-    """A new connection with dict rows; the caller closes it. No server-side prepared statements through a transaction pooler."""
+    """A new connection with dict rows and the network deadlines (common/network.py); the caller closes it.
+    No server-side prepared statements through a transaction pooler."""
     url = url or config.current().database_url()
-    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, prepare_threshold=None if pooler.known_transaction_pooled(url) else 5)
+    return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, prepare_threshold=None if pooler.known_transaction_pooled(url) else 5,
+                           **network_timeouts(url, config.current().settings.db_network_timeout_seconds))
 
 
 def pool() -> ConnectionPool[Conn]:
@@ -59,7 +62,7 @@ def pool() -> ConnectionPool[Conn]:
                 connection_class=psycopg.Connection[dict[str, Any]],
                 min_size=1,
                 max_size=cfg.settings.pool_max_size,
-                kwargs={"row_factory": dict_row, "prepare_threshold": prepare},
+                kwargs={"row_factory": dict_row, "prepare_threshold": prepare, **network_timeouts(url, cfg.settings.db_network_timeout_seconds)},
                 open=True,
                 name="queue_workflows",
             )
@@ -326,8 +329,6 @@ def _parse_dsn(url: str) -> tuple[dict[str, Any], str]:
 # libpq's own complaints about an option's value ("invalid sslmode value", "invalid integer value
 # ... for connection option", "invalid port number", ...), raised before any network traffic.
 _BAD_OPTION = re.compile(r"invalid (\w+ )?value|invalid port number|invalid connection option|unrecognized (\w+ )?value|invalid \w+ value")
-
-
 # libpq's TLS failures before any session: the server refuses TLS, the CA is missing or is not
 # the server's, or the certificate does not name the host. Only a configuration change cures them.
 _TLS_REFUSED = re.compile(
@@ -385,8 +386,7 @@ def connect_error(exc: BaseException, *, url: str | None = None) -> QueueWorkflo
 def check_database(*, url: str | None = None, schema: bool = True) -> int:
     """Connect once, and with `schema` require this package's migrations; returns the schema version.
 
-    One-shot tools call this first, so a bad DSN or an unmigrated database is one clear line
-    rather than a pool timeout or an UndefinedTable traceback.
+    One-shot tools call this first: a bad DSN or an unmigrated database is one clear line, not a pool timeout.
     """
     try:
         with connect(autocommit=True, url=url) as conn:

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=10.0, gt=0)
     poll_seconds: float = Field(default=1.0, gt=0)
     idle_baton: bool = Field(default=True, description="one idle cpu/ingest worker per queue acts on NOTIFY, the others wait in line (idle_baton.py)")
+    # Faults a cluster meets (docs/failures.md): libpq's TCP deadlines on every engine connection
+    # (connect_timeout, tcp_user_timeout, keepalives), unless the DSN sets its own, so a dropped
+    # network fails a statement within seconds instead of the kernel's minutes; 0 leaves the OS's.
+    db_network_timeout_seconds: float = Field(default=10.0, ge=0, le=3600, description="TCP deadline of engine connections (connect, unacknowledged data, keepalive); 0: the OS's")
     reclaim_interval_seconds: float = Field(default=0.25, gt=0, le=5)
     orphan_confirm_seconds: float = Field(default=0.15, gt=0, le=5)
     # How many orchestrators the head runs (compose: 2, one leads, one stands by); `qw status` warns below it.

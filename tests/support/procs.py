@@ -181,10 +181,10 @@ class PrivatePostgres:
     def stop(self) -> None:
         self._pg_ctl("-w", "-m", "fast", "stop")
 
-    def start(self) -> None:
+    def start(self, listen: str = "") -> None:
         # `pg_ctl start` does not reuse postmaster.opts: pass pgserver's own options again
-        # (no TCP listener, the same unix-socket directory) so every DSN stays valid.
-        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log), "start")
+        # (no TCP listener unless `listen` names an address, the same unix-socket directory) so every DSN stays valid.
+        self._pg_ctl("-w", "-o", f'-h "{listen}"', "-o", f"-k {self.socket_dir}", "-l", str(self.server.log), "start")
         from pgserver.utils import PostmasterInfo
 
         info = PostmasterInfo.read_from_pgdata(self.server.pgdata)

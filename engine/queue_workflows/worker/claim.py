@@ -242,14 +242,15 @@ class ClaimWorker:
 
     def _claim_and_start(self, conn: Any) -> Job | None:
         with self.beat.committing():  # a trip sees the claimed job as running from its commit on
+            sent_at = self.beat.now_fn()
             if (job := self._claim(conn)) is not None:
-                self._started(job)
+                self._started(job, sent_at)
             return job
 
-    def _started(self, job: Job) -> None:
-        """The claimed job is running from here: its lease is renewed and its watchdogs armed."""
+    def _started(self, job: Job, sent_at: float) -> None:
+        """The claimed job is running from here: its lease (counted from `sent_at`, before the claim went out) is renewed and its watchdogs armed."""
         self._job = job
-        self.beat.job_started(self.table, job.id, budget_for(job, self.settings), timeout=retry.timeout_for(job, self.settings))
+        self.beat.job_started(self.table, job.id, budget_for(job, self.settings), timeout=retry.timeout_for(job, self.settings), claimed_at=sent_at)
 
     def _execute(self, job: Job) -> tuple[Outcome, float]:
         started = time.monotonic()
@@ -331,13 +332,14 @@ class ClaimWorker:
             statements.append(jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, worker_id=self.worker_id))
         claim = self._claim_statements() if self._may_claim() else []
         statements.extend(claim)
+        sent_at = self.beat.now_fn()
         cursors = db.one_round_trip(conn, statements)
         rows = [cursor.fetchone() for cursor in cursors[prefix:len(cursors) - len(claim)]]
         self._job = None
         self.beat.job_finished()  # a revocation our own commit caused lapses behind the fence
         next_job = claimed(cursors[-1].fetchone()) if claim else None
         if next_job is not None:
-            self._started(next_job)
+            self._started(next_job, sent_at)
         retried = rows[0] if retry_in is not None else None
         return retried or rows[-1], (retry_in if retried else None), next_job
 

@@ -79,6 +79,7 @@ class BatchWorker(ClaimWorker):
             raise ConfigError(str(exc)) from None
         self._batch: list[Job] = []
         self._ledger: BatchLedger | None = None
+        self._claim_sent_at: float | None = None
         # One record of the batch's progress at a time: no two transactions update its rows in different orders.
         self._write_lock = threading.RLock()
         self.progress = ProgressWriter(url=self.url, current=lambda: self._ledger, write_lock=self._write_lock)
@@ -105,6 +106,7 @@ class BatchWorker(ClaimWorker):
         return claim_batch_query(self.table, self.settings.claim_order), params
 
     def _claim_batch(self, conn: Any) -> list[Job]:
+        self._claim_sent_at = self.beat.now_fn()  # the batch's lease counts from here (LivenessBeat.job_started)
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(*self._claim_statement_batch()).fetchall()
             if not rows and jobstore.promote_due(conn, self.table, self.queue):
@@ -124,7 +126,7 @@ class BatchWorker(ClaimWorker):
             budget = self._budget(jobs[0])  # the watchdogs then follow each job as it starts
         else:  # concurrent: the batch as a whole, at its slowest job's pace
             budget = max(map(self._budget, jobs)) * math.ceil(len(jobs) / self.runner.concurrency)
-        self.beat.job_started(self.table, ids[0], budget, batch=ids, rows=self._ledger)
+        self.beat.job_started(self.table, ids[0], budget, batch=ids, rows=self._ledger, claimed_at=self._claim_sent_at)
         outcomes = self.runner.run(jobs, start=self._start_row, finish=self._row_finished, stop=self.stop_event)
         self.jobs_done += sum(o is not None for o in outcomes)
         return outcomes
@@ -217,6 +219,7 @@ class BatchWorker(ClaimWorker):
                 claim_next = self._may_claim()
                 if claim_next:
                     statements.append(self._claim_statement_batch())
+                    self._claim_sent_at = self.beat.now_fn()
                 cursors = db.one_round_trip(conn, statements)
                 next_jobs = [job_from_row(row) for row in cursors[-1].fetchall()] if claim_next else []
             except psycopg.OperationalError:

@@ -34,6 +34,7 @@ from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_HARD_STOP, EXIT_JOB_T
 from queue_workflows.worker.liveness.config import BeatConfig
 from queue_workflows.worker.liveness.fence import CommitFence
 from queue_workflows.worker.liveness.pacing import BeatPacer
+from queue_workflows.worker.liveness.revocations import EarlyRevocations
 from queue_workflows.worker.liveness.trip import DEVICE_SUSPECT_EXITS, BatchRows, CurrentJob, stop_job
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Timeout, Trip
 from queue_workflows.worker.session import WorkerSession, hold_worker_lock
@@ -84,8 +85,7 @@ class LivenessBeat(threading.Thread):
         self._next_heartbeat = 0.0
         self._next_control_check = 0.0
         self._lost_at: float | None = None
-        # Revocations heard before their job started here (claim committed, code not yet begun), by when they lapse.
-        self._early_revocations: dict[int, float] = {}
+        self._early_revocations = EarlyRevocations(self.lease_seconds)  # heard between a claim's commit and its start
         self._conn: db.Conn | None = None
         self._halt = threading.Event()
         self._armed = threading.Event()  # a job runs (or the beat stops): the guard has something to watch
@@ -98,19 +98,26 @@ class LivenessBeat(threading.Thread):
 
     def job_started(
         self, table: JobTable, job_id: int, budget_seconds: float = float("inf"), batch: tuple[int, ...] = (), rows: BatchRows | None = None,
-        timeout: Timeout | None = None,
+        timeout: Timeout | None = None, claimed_at: float | None = None,
     ) -> None:
-        """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch` (or `rows`)."""
+        """A claim's rows are running from here: `job_id`, and a batch worker's other rows in `batch` (or `rows`).
+
+        The lease counts from `claimed_at` (by `now_fn`, taken before the claim was sent): a claim whose
+        reply came back too late to keep its lease (a frozen process, a partition) stops here, unrun.
+        """
         now = self.now_fn()
+        start = now if claimed_at is None else min(now, claimed_at)
         with self._job_lock:
-            self._job = CurrentJob(table, job_id, batch, rows)
+            self._job = job = CurrentJob(table, job_id, batch, rows)
             self._returned = False
-            self._lease_deadline = now + self.lease_seconds
-            self._next_renew = now + self.renew_seconds
+            self._lease_deadline = start + self.lease_seconds
+            self._next_renew = start + self.renew_seconds
             self.watch.start(job_id, budget_seconds, timeout)
         self.state = "busy"
         self._armed.set()
         self.pacer.job_started()  # a poke only out of an idle beat's long sleep: one per job cost a third of no-op throughput
+        if self.lease_lapsed():
+            self._job_taken(job, f"its claim took {now - start:.1f}s to come back, past its {self.lease_seconds:g}s lease")
 
     def models_changed(self) -> None:
         """A gpu worker loaded or unloaded a model: publish its warm models now, for the others' routing."""
@@ -132,10 +139,19 @@ class LivenessBeat(threading.Thread):
         return self.fence.committing()
 
     def job_returned(self) -> None:
-        """The job's code returned: its watchdogs stand down, and a hard stop waits for its outcome's commit."""
+        """The job's code returned: its watchdogs stand down, and a hard stop waits for its outcome's commit.
+
+        Past its lease (the process was frozen), the job may run elsewhere by now: stop, storing nothing.
+        """
+        if (job := self._job) is not None and self.lease_lapsed():
+            self._job_taken(job, f"its lease of {self.lease_seconds:g}s lapsed before its code returned")
         with self._job_lock:
             self._returned = self._job is not None
             self.watch.finish()
+
+    def lease_lapsed(self) -> bool:
+        """The running job's lease is (nearly) spent by this process's clock: someone else may hold it now."""
+        return self._job is not None and self.now_fn() >= self._lease_deadline - self.lease_margin
 
     @property
     def job_returned_uncommitted(self) -> bool:
@@ -206,7 +222,7 @@ class LivenessBeat(threading.Thread):
                 continue
             if self._returned:
                 continue
-            if self.now_fn() >= self._lease_deadline - self.lease_margin:
+            if self.lease_lapsed():
                 self._job_taken(job, f"its lease could not be renewed within {self.lease_seconds:g}s")
             elif (trip := self.watch.check()) is not None:
                 self._trip(job, trip)
@@ -227,7 +243,7 @@ class LivenessBeat(threading.Thread):
             self._next_memory_check = now + self.memory_check_seconds
             self._check_memory(self.throttle)
         job = self._job
-        revoked = self._with_early_revocations(revoked, job, now)
+        revoked = self._early_revocations.merge(revoked, job.ids if job is not None else None, now)
         if job is not None and (revoked.intersection(job.ids) or now >= self._next_renew):
             self._renew(conn, job, now)
             spoke = True
@@ -274,21 +290,6 @@ class LivenessBeat(threading.Thread):
             if worker_id == self.worker_id and job_id.isdigit():
                 revoked.add(int(job_id))
         return revoked, control_changed
-
-    def _with_early_revocations(self, revoked: set[int], job: CurrentJob | None, now: float) -> set[int]:
-        """`revoked` and those kept from before: a cancel can land between a claim's commit and
-        `job_started`, and dropping its notice would leave the job running until the next renewal."""
-        early = self._early_revocations
-        for job_id in revoked:
-            early[job_id] = now + self.lease_seconds  # a spurious match later costs one renewal, no more
-        for job_id in [j for j, until in early.items() if until <= now]:
-            del early[job_id]
-        if job is None:
-            return revoked
-        matched = early.keys() & set(job.ids)
-        for job_id in matched:
-            del early[job_id]
-        return revoked | matched
 
     def _check_memory(self, throttle: Throttle) -> None:
         try:

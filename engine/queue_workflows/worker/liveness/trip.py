@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from queue_workflows.common import sqlfile
+from queue_workflows.common.network import network_timeouts
 from queue_workflows.common.text import first_line
 from queue_workflows.queries import JobTable
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
@@ -100,8 +101,8 @@ def _write(
     device_check: tuple[str, str] | None,
 ) -> str:
     # A fresh, bounded connection: the worker's own ones may be what is failing.
-    with psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=5,
-                         options="-c statement_timeout=5000") as conn, conn.transaction():
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row, options="-c statement_timeout=5000",
+                         **network_timeouts(url, 5.0)) as conn, conn.transaction():
         if device_check is not None:
             conn.execute(_CONTROL.sql("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
         if job is None:
