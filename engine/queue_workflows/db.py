@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from queue_workflows import config, errors, migrations, pooler
-from queue_workflows.common.network import network_timeouts
+from queue_workflows.db_network import network_timeouts
 from queue_workflows.errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ _pools_lock = threading.Lock()
 
 
 def connect(*, autocommit: bool = False, url: str | None = None) -> Conn:
-    """A new connection with dict rows and the network deadlines (common/network.py); the caller closes it.
+    """A new connection with dict rows and the network deadlines (db_network.py); the caller closes it.
     No server-side prepared statements through a transaction pooler."""
     url = url or config.current().database_url()
     return psycopg.connect(url, autocommit=autocommit, row_factory=dict_row, prepare_threshold=None if pooler.known_transaction_pooled(url) else 5,

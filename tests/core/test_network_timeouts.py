@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from queue_workflows import db
-from queue_workflows.common.network import network_timeouts
+from queue_workflows.db_network import network_timeouts
 
 
 def test_deadlines_follow_the_setting_and_yield_to_the_dsn(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from queue_workflows.common import sqlfile
-from queue_workflows.common.network import network_timeouts
 from queue_workflows.common.text import first_line
+from queue_workflows.db_network import network_timeouts
 from queue_workflows.queries import JobTable
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
 from queue_workflows.worker.liveness.watchdogs import Timeout, Trip
