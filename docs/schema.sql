@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0050 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0047 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -395,9 +395,9 @@ DECLARE
     task_of text := qw_gpu_task(NEW.node_module, NEW.node_name);
     win record;
 BEGIN
-    SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY w.peak_vram_bytes) / 2^30 AS p95, count(*) AS n, min(w.finished_at) AS oldest
+    SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY w.per_device_bytes) / 2^30 AS p95, count(*) AS n, min(w.finished_at) AS oldest
       INTO win
-      FROM (SELECT j.peak_vram_bytes, j.finished_at FROM workflow_node_jobs AS j
+      FROM (SELECT j.peak_vram_bytes / greatest(j.gpus, 1) AS per_device_bytes, j.finished_at FROM workflow_node_jobs AS j
              WHERE j.required_model = NEW.required_model AND qw_gpu_task(j.node_module, j.node_name) = task_of
                AND j.status = 'completed' AND j.peak_vram_bytes IS NOT NULL
              ORDER BY j.finished_at DESC LIMIT 50) AS w;

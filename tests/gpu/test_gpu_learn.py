@@ -14,7 +14,8 @@ from procs import Procs, log_text, query, service_env, wait_until
 
 import queue_workflows
 from queue_workflows import claim_worker, jobstore, node_queue
-from queue_workflows.gpu.learn import model_needs
+from queue_workflows.gpu.learn import model_needs, raise_need_statements
+from queue_workflows.jobrow import NodeJob
 
 GIB = 1 << 30
 FAKE_NVML_DIR = Path(__file__).resolve().parents[1] / "support" / "fake_nvml"
@@ -24,10 +25,10 @@ fake_nvml = importlib.util.module_from_spec(_spec)  # its write_state/queries he
 _spec.loader.exec_module(fake_nvml)
 
 
-def completed(conn, model: str, peaks_gb: list[float], *, node: str = "embed", module: str | None = "qw_gpu_nodes") -> None:
+def completed(conn, model: str, peaks_gb: list[float], *, node: str = "embed", module: str | None = "qw_gpu_nodes", gpus: int = 1) -> None:
     """Completed gpu jobs with these peaks, finished in this order, through the worker's terminal mark (so the trigger runs)."""
     for gb in peaks_gb:
-        job = node_queue.enqueue_node_job(node, "gpu", node_module=module, required_model=model)["id"]
+        job = node_queue.enqueue_node_job(node, "gpu", node_module=module, required_model=model, gpus=gpus)["id"]
         conn.execute("UPDATE workflow_node_jobs SET status = 'running', claimed_by = 'w', peak_vram_bytes = %s WHERE id = %s",
                      (int(gb * GIB), job))
         jobstore.mark("workflow_node_jobs", "completed", job, conn=conn, worker_id="w")
@@ -62,6 +63,16 @@ def test_a_model_needs_what_its_hungriest_task_needs_and_an_undeclared_model_lea
     assert row["declared_gb"] is None and row["samples"] == 14
     assert [(t["task"], t["samples"]) for t in row["tasks"]] == [
         ("qw_gpu_nodes/large", 5), ("qw_gpu_nodes/rare", 4), ("qw_gpu_nodes/small", 5)]
+
+
+def test_a_multi_gpu_jobs_peak_teaches_the_need_per_device(conn):
+    # Its peak is measured over both its devices, and the need is reserved on each.
+    completed(conn, "pair", [16] * 5, gpus=2)
+    assert need(conn, "pair") == pytest.approx(8)
+    job = node_queue.enqueue_node_job("embed", "gpu", node_module="qw_gpu_nodes", required_model="pair", gpus=2)["id"]
+    row = conn.execute("SELECT * FROM workflow_node_jobs WHERE id = %s", (job,)).fetchone()
+    [(_, params)] = raise_need_statements(NodeJob.from_row(row), held_bytes=16 * GIB, free_gb=1.0)
+    assert params["held_gb"] == pytest.approx(8), "an OOM's raise counts what the job held on each device"
 
 
 def test_routing_and_the_unassignable_flag_use_the_learned_need(conn, database_url):

@@ -55,11 +55,11 @@ def status_of(database_url: str, job_id: int) -> str:
 
 
 @pytest.mark.multiprocess
-def test_a_gpu_worker_stops_claiming_while_its_gpu_memory_is_full(database_url: str, procs: Procs, tmp_path: Path) -> None:
+def test_a_fifo_gpu_worker_stops_claiming_while_its_gpu_memory_is_full(database_url: str, procs: Procs, tmp_path: Path) -> None:
     state = one_device(tmp_path / "nvml.json", used_gb=22.0)  # 92 % > 85 %
     # RAM and swap marks out of reach: only the GPU reading may throttle, whatever this host's memory is doing.
     env = gpu_worker_env(database_url, state, QW_MEMORY_THROTTLE_PERCENT="100", QW_MEMORY_RESUME_PERCENT="99.9",
-                         QW_SWAP_THROTTLE_PERCENT="100", QW_SWAP_RESUME_PERCENT="99.9")
+                         QW_SWAP_THROTTLE_PERCENT="100", QW_SWAP_RESUME_PERCENT="99.9", QW_GPU_ROUTING="fifo")
     worker = procs.worker(env, "gpu")
     wait_until(lambda: state_of(database_url, worker.pid) == "throttled", timeout=20, what="the worker to throttle on GPU memory")
     assert "memory pressure (GPU memory 92% > 85%)" in log_text(worker)
@@ -67,6 +67,19 @@ def test_a_gpu_worker_stops_claiming_while_its_gpu_memory_is_full(database_url: 
     one_device(tmp_path / "nvml.json", used_gb=12.0)  # 50 % < 75 %: claiming again
     wait_until(lambda: status_of(database_url, job) == "completed", timeout=20, what="the job to run once GPU memory eased")
     assert "memory pressure eased" in log_text(worker)
+
+
+@pytest.mark.multiprocess
+def test_a_worker_admitting_by_vram_runs_what_fits_on_a_full_device_without_throttling(database_url: str, procs: Procs, tmp_path: Path) -> None:
+    # Packing keeps devices full on purpose: the claim's admission reads what is free, so a throttle on
+    # how full the device is would only hold the packed device's workers back (1.8x in gpu_packing.py).
+    state = one_device(tmp_path / "nvml.json", used_gb=22.0)  # 92 % full, 2 GB free
+    env = gpu_worker_env(database_url, state, QW_MEMORY_THROTTLE_PERCENT="100", QW_MEMORY_RESUME_PERCENT="99.9",
+                         QW_SWAP_THROTTLE_PERCENT="100", QW_SWAP_RESUME_PERCENT="99.9")
+    worker = procs.worker(env, "gpu")
+    fits = node_queue.enqueue_node_job("n", "gpu", node_module="qw_gpu_nodes", vram_gb=1.0)["id"]
+    wait_until(lambda: status_of(database_url, fits) == "completed", timeout=20, what="a 1 GB job to run in the 2 GB left")
+    assert "memory pressure" not in log_text(worker) and state_of(database_url, worker.pid) != "throttled", log_text(worker)[-2000:]
 
 
 @pytest.mark.multiprocess

@@ -28,7 +28,7 @@ def raise_need_statements(job: Job, *, held_bytes: int | None, free_gb: float | 
     """Raise the need of the job's model (none for a job without one)."""
     if not isinstance(job, NodeJob) or not job.required_model:
         return []
-    held_gb = None if held_bytes is None else held_bytes / 2**30
+    held_gb = None if held_bytes is None else held_bytes / 2**30 / max(job.gpus, 1)  # the need is per device
     params = {"model": job.required_model, "factor": OOM_RAISE_FACTOR, "held_gb": held_gb, "free_gb": free_gb}
     return [(_LEARN.sql("raise_need_after_oom"), params)]
 

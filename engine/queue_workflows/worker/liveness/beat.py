@@ -293,7 +293,7 @@ class LivenessBeat(threading.Thread):
 
     def _check_memory(self, throttle: Throttle) -> None:
         try:
-            readings = current_probe(gpu=self.queue == "gpu")()  # a cpu worker is not held back by a full GPU
+            readings = current_probe(gpu=self.queue == "gpu" and self.config.gpu_memory_throttle)()  # nor a cpu worker by a full GPU
         except Exception as exc:  # noqa: BLE001 - a broken probe must not stop the beat
             log.warning("memory probe failed (%s); throttle state unchanged", first_line(exc))
             return

@@ -26,6 +26,9 @@ class BeatConfig:
     check_seconds: float = 0.25  # the beat's longest sleep
     max_trips: int = 3  # watchdog trips before a job fails instead of going back
     memory_check_seconds: float = 5.0
+    # A gpu worker that admits by VRAM (affinity routing) checks each claim against what is free on
+    # its devices; a throttle on how full a device is would only hold a packed device's workers back.
+    gpu_memory_throttle: bool = True
     now_fn: Callable[[], float] = time.monotonic
     exit_fn: Callable[[int, str], None] = exit_now
 
@@ -59,4 +62,5 @@ class BeatConfig:
             heartbeat_seconds=settings.heartbeat_seconds,
             max_trips=settings.watchdog_max_trips,
             memory_check_seconds=settings.memory_check_seconds,
+            gpu_memory_throttle=settings.gpu_routing == "fifo",
         )
