@@ -77,6 +77,7 @@ def _run(database_url: str, procs: Procs, *, baton: bool) -> int:
     return _empty_claims(procs, workers)
 
 
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_futile_claims_per_job_stay_bounded_with_many_idle_workers(database_url, procs: Procs):
     with_baton = _run(database_url, procs, baton=True)
     # At most two start-up claims per worker, then at most one per job: the catch-up claim of

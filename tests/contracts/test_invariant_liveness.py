@@ -120,6 +120,7 @@ def test_terminating_each_backend_of_a_busy_worker_in_turn_never_runs_its_job_tw
     assert "reclaimed job" not in log_text(orchestrator), procs.logs()
 
 
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_postgres_restart_during_a_job_three_times_the_lease_runs_it_once(
     private_pg: PrivatePostgres, private_database_url: str, procs: Procs
 ) -> None:

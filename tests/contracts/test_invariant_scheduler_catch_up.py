@@ -17,6 +17,7 @@ OUTAGE_MINUTES = 4
 
 
 @pytest.mark.multiprocess
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_catch_up_policies_after_an_outage_of_every_replica(database_url, procs):
     # A scheduled minute every 2 real seconds; boots more than two scheduled minutes apart each kick.
     env = scaled_env(database_url, scale=30, QW_SCHEDULE_BOOT_WINDOW_SECONDS="120")

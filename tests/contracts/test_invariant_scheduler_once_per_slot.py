@@ -26,6 +26,7 @@ from queue_workflows.schedule.slots import Fire
 
 
 @pytest.mark.multiprocess
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_two_replicas_enqueue_each_slot_once_through_a_kill_9(database_url, procs):
     env = scaled_env(database_url, scale=20)  # a scheduled minute every 3 real seconds
     a, b = procs.scheduler(env), procs.scheduler(env)

@@ -135,6 +135,7 @@ def test_the_sweep_logs_one_line_per_failure_without_a_traceback(database_url, c
 
 
 @pytest.mark.multiprocess
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_the_orchestrator_poison_flags_a_cyclic_run_once_with_one_line_per_sweep(database_url, procs: Procs):
     cyclic = '{"name": "cyc", "nodes": [{"id": "a", "call": "qw_dag_nodes:echo", "deps": ["b"]}, {"id": "b", "call": "qw_dag_nodes:echo", "deps": ["a"]}]}'
     orchestrator = procs.orchestrator(service_env(database_url, QW_DISPATCH_MAX_ATTEMPTS="2"))

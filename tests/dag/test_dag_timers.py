@@ -273,6 +273,7 @@ def db_now(url: str) -> datetime:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_a_sleep_outlives_kill_9_of_the_orchestrator_and_a_deadline_missed_while_all_was_down_fires_at_once(database_url, procs):
     env = service_env(database_url)
     first = procs.orchestrator(env)

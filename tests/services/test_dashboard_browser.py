@@ -63,6 +63,7 @@ def _page_weight(page: Page) -> dict[str, int]:
 
 
 @needs_browser
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_dashboard_in_a_real_browser(database_url: str, procs: Procs, conn, tmp_path: Path) -> None:
     register_ingest_task("record", qw_test_app.record)
     worker = procs.worker(service_env(database_url, QW_HOST_LABEL="browser-box"), "fetch")

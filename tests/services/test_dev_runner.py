@@ -127,6 +127,7 @@ def test_an_unreachable_database_is_one_clear_line_not_a_traceback(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_a_killed_qw_dev_takes_its_children_with_it_and_the_next_run_cleans_up(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "qw_services.cli", "dev", "--jobs", "1"],
