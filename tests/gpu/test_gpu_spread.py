@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from test_gpu_memory import GIB, fake_nvml, gpu_worker_env, status_of
 from test_gpu_routing import enqueue, history, models
 
+import queue_workflows
 from queue_workflows import jobstore, node_queue
 from queue_workflows.gpu.devices import Device, claim_params
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
@@ -67,7 +68,10 @@ def claim(conn, *devices: Device, worker: str = "w-me") -> dict | None:
 # The rule: a busy holder's wait counts, an idle holder takes the next job ---------------------
 
 
-def test_a_busy_holders_wait_longer_than_a_load_spreads_even_one_job(conn, others):
+def test_a_busy_holders_wait_longer_than_a_load_spreads_even_one_job(conn, others, database_url):
+    # One queued job per holder is the floor an operator may set (QW_GPU_SECOND_COPY_BACKLOG=1): above
+    # it, the busy holder's remaining time is what decides.
+    queue_workflows.configure(database_url=database_url, gpu_second_copy_backlog=1)
     history(conn, "A", job_seconds=10.0, load_seconds=1.0)
     others("w-a", 911, loaded=("A",))
     busy(conn, "w-a", "A", started_ago=0.5)  # 9.5 s left of its job; a new copy is ready in 1 s
@@ -84,6 +88,15 @@ def test_an_idle_warm_holder_takes_the_next_job_so_no_copy_is_loaded(conn, other
     busy(conn, "w-a", "B", started_ago=0.0)  # the same holder, now busy for another 1 s
     got = claim(conn)
     assert got is not None and got["required_model"] == "A", "busy is not warm: its 2 queued jobs wait 1 s more, a copy helps"
+
+
+def test_the_backlog_floor_holds_however_long_the_holder_is_busy(conn, others, database_url):
+    queue_workflows.configure(database_url=database_url, gpu_second_copy_backlog=1000)  # "no second copies"
+    history(conn, "A", job_seconds=10.0, load_seconds=0.1)
+    others("w-a", 941, loaded=("A",))
+    busy(conn, "w-a", "A", started_ago=0.0)
+    enqueue("A", 20)  # 200 s of work behind a holder busy for 10 s: the timed rule alone would spread
+    assert claim(conn) is None, "the operator's floor of 1000 queued jobs per holder is not reached"
 
 
 def test_a_shallow_queue_behind_a_holder_about_to_finish_is_not_spread(conn, others):

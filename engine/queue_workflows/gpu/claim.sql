@@ -46,8 +46,8 @@ AND (cardinality(%(gpu_uuids)s::text[]) = 0
 -- worker's VRAM (its need, qw_gpu_need_gb: learned, else declared); one another live worker holds (warm, or running a job for it, which covers a
 -- load under way) is left to it unless the queue is deep enough for another copy: once the
 -- model's recent jobs say how long a job and a load take, when the holders (a busy one only once
--- its job ends) would start the last queued job later than a new copy is ready; before that,
--- second_copy_backlog jobs per holder. A worker whose devices already host a copy leaves it to a
+-- its job ends) would start the last queued job later than a new copy is ready, and always at
+-- least second_copy_backlog jobs per holder. A worker whose devices already host a copy leaves it to a
 -- free worker on a device without one (docs/gpu.md, "Busy is not warm"). Ranked: models fewer
 -- other workers can fit first, then models fewer others hold, then the model whose next job is oldest.
 -- Every step is an index probe per model (workflow_node_jobs_model_claim_idx), never a read of the
@@ -119,7 +119,8 @@ queued_models AS (
      -- model's recent job time (a holder is free once it ends). Timed, a copy is worth loading
      -- when the holders alone would start the queue's last job later than a new copy is ready:
      -- queued x job + busy_left > holders x (load + job) (an idle holder takes the next job at
-     -- once, so one job per holder waits for nobody). Untimed, the backlog count decides.
+     -- once, so one job per holder waits for nobody). Timed or not, second_copy_backlog queued
+     -- jobs per holder is a floor: an operator who sets it high gets no second copies.
      SELECT s.*, s.holders * %(second_copy_backlog)s AS by_copies,
             coalesce(s.job_seconds > 0 AND s.load_seconds IS NOT NULL, false) AS timed,
             coalesce((SELECT sum(greatest(s.job_seconds - e, 0)) FROM unnest(s.busy_elapsed) AS e), 0) AS busy_left
@@ -133,7 +134,7 @@ queued_models AS (
                            WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.required_model = nd.model
                            ORDER BY q.required_model, {head_order}
                            LIMIT (CASE WHEN nd.timed
-                                       THEN least(greatest(floor((nd.holders * (nd.load_seconds + nd.job_seconds) - nd.busy_left) / nd.job_seconds) + 1, 1), 1000000)
+                                       THEN greatest(least(greatest(floor((nd.holders * (nd.load_seconds + nd.job_seconds) - nd.busy_left) / nd.job_seconds) + 1, 1), 1000000), nd.by_copies)
                                        ELSE nd.by_copies END)::bigint) AS z)
             END AS n
        FROM needs AS nd
@@ -141,8 +142,8 @@ queued_models AS (
      SELECT ct.* FROM counted AS ct
       WHERE ct.holders = 0
          OR (NOT ct.crowded
-             AND CASE WHEN ct.timed THEN ct.n * ct.job_seconds + ct.busy_left > ct.holders * (ct.load_seconds + ct.job_seconds)
-                      ELSE ct.n >= ct.by_copies END)
+             AND ct.n >= ct.by_copies  -- the operator's floor, timed or not
+             AND (NOT ct.timed OR ct.n * ct.job_seconds + ct.busy_left > ct.holders * (ct.load_seconds + ct.job_seconds)))
  ), plan AS MATERIALIZED (
      SELECT coalesce(array_agg(a.model ORDER BY a.fitters, a.holders, a.next_id), '{{}}') AS ranked,
             coalesce(array_agg(a.model) FILTER (WHERE a.fitters = 0 AND EXISTS (SELECT 1 FROM others)), '{{}}') AS sole
