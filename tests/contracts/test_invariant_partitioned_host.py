@@ -70,7 +70,7 @@ def _enqueue(url: str, token: str, hold: float) -> int:
         return int(node_queue.enqueue_ingest_job("hold_first", "fetch", {"token": token, "hold": hold}, conn=conn)["id"])
 
 
-@pytest.mark.parametrize("direction", ["both", "out", "in"])
+@pytest.mark.parametrize("direction", ["both", pytest.param("out", marks=pytest.mark.soak), pytest.param("in", marks=pytest.mark.soak)])  # one-way cuts: soak stage
 def test_a_partitioned_worker_stops_before_its_lease_lapses_and_rejoins_when_the_network_returns(
     netns: netns_support.Netns, tcp_url: str, private_database_url: str, procs: Procs, direction: str,
 ) -> None:
@@ -124,6 +124,7 @@ def test_a_partitioned_worker_stops_before_its_lease_lapses_and_rejoins_when_the
           f"(lease {LEASE:g}s); restarted worker rejoined {rejoined:.2f}s after the network returned")
 
 
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_an_idle_worker_that_stays_up_through_a_partition_claims_again_soon_after_it_heals(
     netns: netns_support.Netns, tcp_url: str, private_database_url: str, procs: Procs,
 ) -> None:
@@ -144,6 +145,7 @@ def test_an_idle_worker_that_stays_up_through_a_partition_claims_again_soon_afte
     assert back_after < 3.5, f"the worker took {back_after:.2f}s to claim again after the network returned\n{log_text(worker)[-2000:]}"
 
 
+@pytest.mark.soak  # over 10 s: the soak stage runs it (.ci/run), the default run stays under 4 minutes
 def test_a_claim_whose_reply_comes_back_after_its_lease_is_never_run(
     netns: netns_support.Netns, tcp_url: str, private_database_url: str, procs: Procs,
 ) -> None:

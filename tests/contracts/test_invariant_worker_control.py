@@ -153,8 +153,9 @@ def test_a_silent_worker_that_owns_a_running_job_is_flagged_dead_and_cleared_whe
     os.kill(worker.pid, signal.SIGSTOP)  # as wedged as a GPU hang: no thread of it runs
     try:
         wait_for_log(orchestrator, "DEAD WORKER", timeout=10)
-        flagged = query(database_url, "SELECT last_flagged_dead_at FROM worker_heartbeats WHERE pid = %s", (worker.pid,))
-        assert flagged and flagged[0]["last_flagged_dead_at"] is not None
+        # the line may be logged a moment before the sweep's transaction that stamps the row commits
+        wait_until(lambda: query(database_url, "SELECT last_flagged_dead_at FROM worker_heartbeats WHERE pid = %s",
+                                 (worker.pid,))[0]["last_flagged_dead_at"] is not None, timeout=5, what="the dead flag stamped")
         line = next(ln for ln in log_text(orchestrator).splitlines() if "DEAD WORKER" in ln)
         assert f"pid {worker.pid}" in line and "queue fetch" in line and f"job {job_id}" in line
     finally:
