@@ -9,7 +9,7 @@
     ["peak_vram_p95_bytes", "peak VRAM p95 (GB)", 1e9],
     ["peak_vram_max_bytes", "peak VRAM max (GB)", 1e9],
     ["model_load_seconds", "model-load seconds", 1],
-    ["model_hit_rate", "model hit rate (%)", 0.01],
+    ["model_hit_rate", "model hit rate (%)", 0.01, 100],
   ];
 
   function draw(report) {
@@ -28,7 +28,7 @@
       var top = Math.max.apply(null, ys.filter(function (y) { return y != null; }).concat([0]));
       new uPlot({
         width: 360, height: 180, legend: { show: false }, select: { show: false }, cursor: { show: false },
-        scales: { x: { time: false, range: [-0.5, names.length - 0.5] }, y: { range: [0, top > 0 ? top * 1.1 : 1] } },
+        scales: { x: { time: false, range: [-0.5, names.length - 0.5] }, y: { range: [0, c[3] || (top > 0 ? top * 1.1 : 1)] } },
         axes: [{ values: function (u, splits) { return splits.map(function (i) { return Number.isInteger(i) ? names[i] || "" : ""; }); },
                  splits: function () { return xs; } }, { size: 60 }],
         series: [{}, { stroke: "#1b5f9f", fill: "rgba(27,95,159,0.4)", width: 1, points: { show: false },
