@@ -1,9 +1,8 @@
-"""A task and a DAG node that log (a line, an extra field, a traceback, one from a thread of their own) for the JSON log test."""
+"""A task and a DAG node that log (a two-line message with an extra field, a traceback, a warning) for the JSON log test."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from queue_workflows import register_ingest_task

@@ -86,7 +86,7 @@ def serve(args: argparse.Namespace) -> int:
     server = QuietServer(uvicorn.Config(
         app, host=settings.dashboard_addr, port=settings.dashboard_port, log_level=logging.getLevelName(logging.getLogger().level).lower(),
         access_log=False, timeout_graceful_shutdown=2, proxy_headers=False,
-        **({"log_config": None} if app_loader.json_logs() else {})))  # JSON: uvicorn's own lines go through the root's handler too  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
+        log_config=None if app_loader.json_logs() else uvicorn.config.LOGGING_CONFIG))  # JSON: uvicorn's lines go through the root's handler too  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
     server.run()
     return 0 if server.started else 3  # what uvicorn.run exits with when the server never started
 
