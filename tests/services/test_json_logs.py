@@ -91,3 +91,46 @@ def test_the_filter_names_the_job_only_inside_its_context() -> None:
         assert json.loads(logjson.JsonFormatter().format(record))["run_id"] == 3
     names.filter(record)
     assert record.job_id is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mode", ["threads", "async"])
+def test_jobs_of_a_concurrent_batch_each_name_their_own(database_url: str, mode: str) -> None:
+    """8 jobs 4 at a time on a thread pool or an event loop: each record names the job that logged it, never a neighbour."""
+    import asyncio
+    import time
+
+    from queue_workflows.worker.batch import BatchWorker
+
+    task_log = logging.getLogger("qw_log_batch")
+    if mode == "threads":
+        def talk(reason: str, args: dict) -> dict:
+            task_log.info("job of i=%s starts", args["i"])
+            time.sleep(0.05)  # the others of the batch log meanwhile
+            task_log.info("job of i=%s ends", args["i"])
+            return {}
+    else:
+        async def talk(reason: str, args: dict) -> dict:  # type: ignore[misc]
+            task_log.info("job of i=%s starts", args["i"])
+            await asyncio.sleep(0.05)
+            task_log.info("job of i=%s ends", args["i"])
+            return {}
+    register_ingest_task("talk", talk)
+    ids = {node_queue.enqueue_ingest_job("talk", "fetch", args={"i": i})["id"]: i for i in range(8)}
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep()
+    keep.addFilter(logjson.JobFieldsFilter(host="h"))
+    task_log.addHandler(keep)
+    task_log.setLevel(logging.INFO)
+    try:
+        assert BatchWorker("fetch", batch_size=8, mode=mode, concurrency=4, max_jobs=8).run_forever() == 0
+    finally:
+        task_log.removeHandler(keep)
+    assert len(seen) == 16
+    for record in seen:
+        assert f"i={ids[record.job_id]} " in record.getMessage(), (record.job_id, record.getMessage())  # type: ignore[attr-defined]
+        assert (record.queue, record.run_id) == ("fetch", None)  # type: ignore[attr-defined]
