@@ -23,7 +23,7 @@ from typing import NoReturn
 import psycopg
 
 from queue_workflows import callables, config, db, tasks
-from queue_workflows.common import sqlfile
+from queue_workflows.common import logjson, sqlfile
 from queue_workflows.config import EngineConfig
 from queue_workflows.errors import (
     ConfigError,
@@ -106,9 +106,27 @@ def load_app(explicit: str | None = None, *, need_database: bool = True) -> Load
 
 
 def ensure_logging(level: str = "INFO") -> None:
-    """Log somewhere useful (stderr) unless the host process already set logging up."""
-    if not logging.getLogger().handlers:
+    """Log somewhere useful (stderr), as text or JSON lines (QW_LOG_FORMAT), unless the host process already set logging up.
+
+    Settings that do not validate leave it at text: the tool's own read of them then reports
+    the bad value (QW_LOG_FORMAT=xml included) as one line and exit 2.
+    """
+    if logging.getLogger().handlers:
+        return
+    try:
+        settings = config.current().settings
+    except ConfigError:
+        settings = None
+    if settings is not None and settings.log_format == "json":
+        logging.getLogger().addHandler(logjson.json_handler(sys.stderr, host=settings.host_label))
+        logging.getLogger().setLevel(level)
+    else:
         logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+
+
+def json_logs() -> bool:
+    """The root logger writes JSON lines (a server that sets up its own loggers, uvicorn, should leave them to it)."""
+    return any(isinstance(h.formatter, logjson.JsonFormatter) for h in logging.getLogger().handlers)
 
 
 class _StopRelay:

@@ -146,6 +146,9 @@ class Settings(BaseSettings):
     pool_max_size: int = Field(default=4, ge=1, le=100)
     data_dir: Path = Path(".qw")
 
+    # Logging (docs/metrics.md, "Structured logs").
+    log_format: Literal["text", "json"] = Field(default="text", description="service logs as text lines, or one JSON object per line naming the job")
+
     # hw-metrics sidecar (docs/metrics.md).
     hw_metrics_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
     gpu_probe_timeout_seconds: float = Field(default=2.0, gt=0, le=60)

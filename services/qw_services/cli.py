@@ -10,7 +10,7 @@ from queue_workflows import app_loader, db, scheduler
 from queue_workflows.control import commands as worker_control
 from queue_workflows.ops import status
 
-from . import health, keys, models, ops, tenants
+from . import costs, health, keys, models, ops, tenants
 from .dashboard import service as dashboard_service
 from .tables import print_table, schedule_table, status_table
 
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     tenants.add_commands(sub, [app_too])
     keys.add_command(sub, [app_too])
     models.add_command(sub, [app_too])
+    costs.add_command(sub, [app_too])
     return parser
 
 
@@ -120,6 +121,8 @@ def _command(args: argparse.Namespace) -> int:
         return keys.run(args)
     if args.command == models.COMMAND:
         return models.run(args)
+    if args.command == costs.COMMAND:
+        return costs.run(args)
     return _status(args.json)
 
 

@@ -19,7 +19,7 @@ T = TypeVar("T")
 TEST_INGEST_QUEUES = frozenset({"fetch", "load", "alpha", "beta"})
 # The packages whose modules the tests' node jobs may run (QW_NODE_PACKAGES): set for the whole
 # test session (conftest) and for every service process a test starts.
-TEST_NODE_PACKAGES = "qw_test_nodes,qw_dag_nodes,qw_dag_cancel_nodes,qw_gpu_nodes,qw_poison_nodes,qw_demo,qw_map_nodes"
+TEST_NODE_PACKAGES = "qw_test_nodes,qw_dag_nodes,qw_dag_cancel_nodes,qw_gpu_nodes,qw_poison_nodes,qw_demo,qw_map_nodes,qw_log_app"
 # The helper apps (QW_APP=qw_test_app, the node packages) a service process imports by name.
 APPS_DIR = Path(__file__).resolve().parents[1] / "apps"
 

@@ -35,7 +35,7 @@ from queue_workflows.jobrow import IngestJob, Job, JobStatus, claimed
 from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
 from queue_workflows.worker import exits, progress, retry
-from queue_workflows.worker.executor import Outcome, oom_outcome, run_ingest_job, run_node_job
+from queue_workflows.worker.executor import Outcome, job_log_fields, oom_outcome, run_ingest_job, run_node_job
 from queue_workflows.worker.idle_baton import IdleBaton
 from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
@@ -197,13 +197,14 @@ class ClaimWorker:
         job = self.session.run(self._claim_and_start) if self._may_claim() else None
         while job is not None:
             current = job
-            outcome, elapsed = self._execute(current)
-            if outcome.gpu_error == "device":  # the process's GPU context is suspect: hand the job on and leave
-                self.beat.trip_current_job(Trip(exits.EXIT_DEVICE_ERROR, f"GPU device error: {(outcome.error or '').splitlines()[-1:]}"))
-            self.beat.job_returned()
-            ran += 1
-            marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))  # noqa: B023 - runs now, in this iteration
-            self._report(current, outcome, marked, retry_in, elapsed)
+            with job_log_fields(current):  # its model load, outcome and report name it in the logs too
+                outcome, elapsed = self._execute(current)
+                if outcome.gpu_error == "device":  # the process's GPU context is suspect: hand the job on and leave
+                    self.beat.trip_current_job(Trip(exits.EXIT_DEVICE_ERROR, f"GPU device error: {(outcome.error or '').splitlines()[-1:]}"))
+                self.beat.job_returned()
+                ran += 1
+                marked, retry_in, job = self.session.run(lambda conn: self._store_outcome(conn, current, outcome))  # noqa: B023 - runs now, in this iteration
+                self._report(current, outcome, marked, retry_in, elapsed)
             if job is None and self.baton is None and self._may_claim():
                 job = self.session.run(self._claim_and_start)  # with a baton, its holder promotes and claims instead
         return ran

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import traceback
@@ -11,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from queue_workflows import callables, config, tasks
+from queue_workflows.common import logjson
 from queue_workflows.common.retry_policy import exception_names
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.gpu.errors import GpuErrorKind, classify, output_tail
@@ -62,8 +64,18 @@ def _checked_result(value: Any, what: str) -> Any:
     return json_object(value, what=f"{what} result", max_bytes=config.current().settings.max_payload_bytes, allow_none=True)
 
 
+def job_log_fields(job: Job) -> contextlib.AbstractContextManager[None]:
+    """What every log record the job's code (and the worker, about it) emits names: the job, its run, queue and host."""
+    return logjson.job_fields(job_id=job.id, run_id=getattr(job, "run_id", None), queue=job.queue, host=config.current().settings.host_label)
+
+
 def run_ingest_job(job: IngestJob) -> Outcome:
     """Call the job's task; an `async def` task is run to completion on an event loop of its own."""
+    with job_log_fields(job):
+        return _run_ingest_job(job)
+
+
+def _run_ingest_job(job: IngestJob) -> Outcome:
     try:
         task = tasks.get_ingest_task(job.task_name)
         value = task(job.reason, dict(job.args or {}))
@@ -75,7 +87,12 @@ def run_ingest_job(job: IngestJob) -> Outcome:
 
 
 async def run_ingest_job_async(job: IngestJob) -> Outcome:
-    """The same on the caller's event loop, so a batch of `async def` tasks runs concurrently."""
+    """The same on the caller's event loop, so a batch of `async def` tasks runs concurrently (each in its own task's context)."""
+    with job_log_fields(job):
+        return await _run_ingest_job_async(job)
+
+
+async def _run_ingest_job_async(job: IngestJob) -> Outcome:
     try:
         task = tasks.get_ingest_task(job.task_name)
         value = task(job.reason, dict(job.args or {}))
@@ -95,6 +112,11 @@ def run_node_job(job: NodeJob, context: RunContext | None = None) -> Outcome:
 
     A DAG node that reads its run gets it as `context` (`dag.execute.load_context`, called by the worker).
     """
+    with job_log_fields(job):
+        return _run_node_job(job, context)
+
+
+def _run_node_job(job: NodeJob, context: RunContext | None) -> Outcome:
     try:
         if job.input_refs is not None:  # a node of a DAG run: its callable, inputs by name
             from queue_workflows.dag.execute import invoke

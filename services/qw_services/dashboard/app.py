@@ -35,7 +35,7 @@ from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.errors import DatabaseUnreachableError, InvalidPayloadError, QueueWorkflowsError, SchemaNotReadyError
 from queue_workflows.ops import admin
 
-from . import actions, views
+from . import actions, costs_page, views
 from .auth import SESSION_COOKIE, SESSION_CSRF, ActionRefused, Auth, clean_user
 from .limits import BodyLimit, FailureLimiter, Guard, Throttled
 from .live import Hub
@@ -225,6 +225,7 @@ def create_app(*, password: str | None = None, refresh_seconds: float | None = N
         Route("/runs/{run_id}/live", run),
         Route("/jobs", jobs),
         Route("/jobs/{ref}", job),
+        *costs_page.routes(read, page, message),
         Route("/events", events),
         Route("/healthz", healthz),
         Route("/login", login, methods=["GET", "POST"]),

@@ -85,7 +85,8 @@ def serve(args: argparse.Namespace) -> int:
                         settings.dashboard_addr, settings.dashboard_port, mode, ", ".join(app.state.allowed_hosts))
     server = QuietServer(uvicorn.Config(
         app, host=settings.dashboard_addr, port=settings.dashboard_port, log_level=logging.getLevelName(logging.getLogger().level).lower(),
-        access_log=False, timeout_graceful_shutdown=2, proxy_headers=False))  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
+        access_log=False, timeout_graceful_shutdown=2, proxy_headers=False,
+        log_config=None if app_loader.json_logs() else uvicorn.config.LOGGING_CONFIG))  # JSON: uvicorn's lines go through the root's handler too  # the app trusts QW_DASHBOARD_TRUSTED_PROXIES only
     server.run()
     return 0 if server.started else 3  # what uvicorn.run exits with when the server never started
 
