@@ -114,3 +114,24 @@ def test_no_wake_up_is_lost_while_producers_race_workers_going_idle(database_url
     rows = query(database_url, "SELECT extract(epoch FROM started_at - created_at)::float8 AS wait FROM ingest_jobs ORDER BY wait DESC")
     assert len(rows) == 3 * ROUNDS
     print(f"\n{len(rows)} jobs; slowest start {rows[0]['wait']:.3f}s after its enqueue began")
+
+
+def test_migration_0051_goes_down_and_up_on_a_populated_database(database_url, conn):
+    """Down restores the notify-on-every-enqueue trigger, up the quiet one; no job row is touched."""
+    for i in range(200):
+        node_queue.enqueue_ingest_job("noop", "fetch", {"i": i})
+    conn.execute("UPDATE ingest_jobs SET status = 'completed', finished_at = now() WHERE id % 3 = 0")
+    before = conn.execute("SELECT md5(string_agg(id || status, ',' ORDER BY id)) AS h FROM ingest_jobs").fetchone()["h"]
+    previous = max(m.version for m in db.discover() if m.version < 51)
+    with db.connect(autocommit=True, url=database_url) as listener:
+        listener.execute(f"LISTEN {ready_channel('fetch')}")
+        db.downgrade(previous, url=database_url)
+        assert conn.execute("SELECT to_regclass('qw_wake_every_enqueue') AS t").fetchone()["t"] is None
+        node_queue.enqueue_ingest_job("noop", "fetch")
+        assert heard(listener) == [(ready_channel("fetch"), "fetch")], "down must restore a NOTIFY on every enqueue"
+        assert 51 in db.bootstrap(url=database_url)
+        node_queue.enqueue_ingest_job("noop", "fetch")
+        assert heard(listener) == [], "up again: nobody waits, nothing is sent"
+    after = conn.execute("SELECT md5(string_agg(id || status, ',' ORDER BY id)) AS h FROM ingest_jobs WHERE id <= 200").fetchone()["h"]
+    assert after == before
+    assert conn.execute("SELECT queue FROM qw_wake_every_enqueue").fetchall() == [{"queue": "gpu"}]
