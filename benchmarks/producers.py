@@ -132,12 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=None, help="seconds per pass (default 5; 2 with --quick)")
     parser.add_argument("--producers", default=None, help="comma separated producer counts (default 1,8,32; 1,32 with --quick)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating pass pairs per producer count (medians reported)")
+    parser.add_argument("--repeats", type=int, default=None, help="alternating pass pairs per producer count, medians reported (default 3; 1 with --quick)")
     parser.add_argument("--samples", type=int, default=None, help="wake-latency samples (default 200; 30 with --quick)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 5.0)
     counts = [int(c) for c in (args.producers or ("1,32" if args.quick else "1,8,32")).split(",")]
     samples = args.samples or (30 if args.quick else 200)
+    args.repeats = args.repeats or (1 if args.quick else 3)
 
     with common.postgres_server(args.database_url, commit_timestamps=True) as server_url, Procs(args.keep_logs) as procs:
         common.banner(f"producers: 1 job per transaction, {seconds:.0f} s per pass; wake latency, {samples} jobs", args, server_url)
