@@ -1320,6 +1320,7 @@ GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_metrics;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_wake_every_enqueue TO qw_orchestrator;
 GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_dashboard;
 GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_scheduler;
+GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO PUBLIC;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_orchestrator;

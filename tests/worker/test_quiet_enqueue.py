@@ -135,3 +135,4 @@ def test_migration_0051_goes_down_and_up_on_a_populated_database(database_url, c
     after = conn.execute("SELECT md5(string_agg(id || status, ',' ORDER BY id)) AS h FROM ingest_jobs WHERE id <= 200").fetchone()["h"]
     assert after == before
     assert conn.execute("SELECT queue FROM qw_wake_every_enqueue").fetchall() == [{"queue": "gpu"}]
+

@@ -17,7 +17,10 @@ CREATE TABLE qw_wake_every_enqueue (
     added_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO qw_wake_every_enqueue (queue) VALUES ('gpu');
--- 0033's default privileges let every role read it and the orchestrator write it; workers add their queue.
+-- Every enqueuing role reads it through the trigger, a host application's own role included:
+-- a list of queue names, readable by all. 0033's default privileges let the orchestrator write it;
+-- workers only add their queue.
+GRANT SELECT ON qw_wake_every_enqueue TO PUBLIC;
 REVOKE UPDATE, DELETE ON qw_wake_every_enqueue FROM qw_worker;
 
 CREATE OR REPLACE FUNCTION qw_notify_job_ready() RETURNS trigger
