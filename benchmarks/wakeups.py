@@ -63,6 +63,10 @@ def run(url: str, scheme: str, on_q0: int, jobs: int) -> tuple[float, float, flo
     line = [ls for ls in pool if ls.queue == "q0"] if scheme.endswith("baton") else []
     if line:
         assert line[0].conn.execute(baton[0], (BATON_NAMESPACE,)).fetchone()["ok"]
+    # Without a baton every idle worker listens, so every enqueue must be announced (migration 0051).
+    common.scalar(url, "DELETE FROM qw_wake_every_enqueue WHERE queue = 'q0' RETURNING queue")
+    if not line:
+        common.scalar(url, "INSERT INTO qw_wake_every_enqueue (queue) VALUES ('q0') RETURNING queue")
 
     def claim(ls: Listener) -> int | None:
         row = ls.conn.execute(*node_queue.claim_statement("ingest_jobs", ls.queue, jobstore.Claimant(ls.worker_id, 0))).fetchone()

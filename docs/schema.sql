@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0047 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0051 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -463,6 +463,11 @@ CREATE FUNCTION public.qw_notify_job_ready() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    -- The lock first: the table is then read with a snapshot taken after it was granted.
+    IF pg_try_advisory_xact_lock_shared(20825, hashtext(NEW.queue))
+       AND NOT EXISTS (SELECT FROM qw_wake_every_enqueue WHERE queue = NEW.queue) THEN
+        RETURN NULL;
+    END IF;
     PERFORM pg_notify(TG_ARGV[0], NEW.queue);
     PERFORM pg_notify('qw_ready_' || NEW.queue, NEW.queue);
     RETURN NULL;
@@ -735,6 +740,11 @@ CREATE TABLE public.qw_orchestrators (
     CONSTRAINT qw_orchestrators_role_check CHECK ((role = ANY (ARRAY['leader'::text, 'standby'::text])))
 );
 
+CREATE TABLE public.qw_wake_every_enqueue (
+    queue text NOT NULL,
+    added_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE VIEW public.qw_worker_sessions AS
  SELECT DISTINCT (objid)::bigint AS lock_key
    FROM pg_locks l
@@ -1004,6 +1014,9 @@ ALTER TABLE ONLY public.qw_leadership
 
 ALTER TABLE ONLY public.qw_orchestrators
     ADD CONSTRAINT qw_orchestrators_pkey PRIMARY KEY (orchestrator_id);
+
+ALTER TABLE ONLY public.qw_wake_every_enqueue
+    ADD CONSTRAINT qw_wake_every_enqueue_pkey PRIMARY KEY (queue);
 
 ALTER TABLE ONLY public.schedule_entry_turns
     ADD CONSTRAINT schedule_entry_turns_pkey PRIMARY KEY (entry_name);
@@ -1301,6 +1314,13 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_orchestrators TO qw_orchest
 GRANT SELECT ON TABLE public.qw_orchestrators TO qw_scheduler;
 GRANT SELECT ON TABLE public.qw_orchestrators TO qw_dashboard;
 GRANT SELECT ON TABLE public.qw_orchestrators TO qw_metrics;
+
+GRANT SELECT,INSERT ON TABLE public.qw_wake_every_enqueue TO qw_worker;
+GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_wake_every_enqueue TO qw_orchestrator;
+GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_dashboard;
+GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_scheduler;
+GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO PUBLIC;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_orchestrator;

@@ -28,7 +28,7 @@ def copy_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None 
     """`enqueue_ingest_jobs` for floods: the same validation, then one COPY; returns how many were written.
 
     All or nothing, in the caller's transaction when `conn` is given. No rows come back (use
-    `enqueue_ingest_jobs` when the ids are needed); the ready NOTIFY fires once per queue at commit.
+    `enqueue_ingest_jobs` when the ids are needed); the ready NOTIFY (while a worker waits) fires once per queue at commit.
     """
     try:
         items = list(jobs)

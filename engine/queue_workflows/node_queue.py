@@ -129,7 +129,7 @@ def enqueue_ingest_job(
     tenant: str = DEFAULT_TENANT,
     conn: db.Conn | None = None,
 ) -> Row:
-    """INSERT one ingest job; validated before the write, NOTIFY fires in the same transaction.
+    """INSERT one ingest job; validated before the write, its NOTIFY (sent while a worker waits) rides the same transaction.
 
     `tenant` names whose work it is: within a queue, tenants are served by weight (docs/flow_control.md).
     With `dedup_key`, a job with that key that is live (or finished within
@@ -213,7 +213,7 @@ def enqueue_node_job(
     gpus: int = 1,
     conn: db.Conn | None = None,
 ) -> Row:
-    """INSERT one DAG node job on `cpu` or `gpu`; NOTIFY fires in the same transaction.
+    """INSERT one DAG node job on `cpu` or `gpu`; its NOTIFY (sent while a worker waits) rides the same transaction.
 
     `vram_gb`: GPU memory the job needs beyond its model's, on each of its `gpus` devices (docs/gpu.md,
     "Several jobs per GPU").

@@ -1,9 +1,15 @@
-"""Contract 1: enqueue is an INSERT whose NOTIFY rides the writer's transaction."""
+"""Contract 1: enqueue is an INSERT whose NOTIFY rides the writer's transaction.
+
+Since migration 0051 an enqueue notifies only while a worker of its queue waits (holds or queues
+for the idle baton; gpu and baton-less queues always): these tests hold the batons of the
+queues they enqueue on, as idle workers would. tests/worker/test_quiet_enqueue.py holds the rest.
+"""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
+from waiting import worker_waiting
 
 from queue_workflows import db, node_queue, register_ingest_task
 from queue_workflows.worker.claim import ready_channel
@@ -11,7 +17,7 @@ from queue_workflows.worker.claim import ready_channel
 
 @pytest.fixture
 def listener(database_url):
-    with db.connect(autocommit=True, url=database_url) as conn:
+    with worker_waiting(database_url, "fetch", "load", "alpha"), db.connect(autocommit=True, url=database_url) as conn:
         conn.execute("LISTEN ingest_job_ready")
         conn.execute("LISTEN node_job_ready")
         yield conn
@@ -70,7 +76,7 @@ def test_bulk_enqueue_in_one_transaction_folds_to_one_notify_per_queue(database_
 
 
 def test_each_queue_has_a_channel_of_its_own_so_other_queues_workers_sleep_on(database_url):
-    with db.connect(autocommit=True, url=database_url) as fetch_worker, db.connect(autocommit=True, url=database_url) as load_worker:
+    with worker_waiting(database_url, "fetch", "load"), db.connect(autocommit=True, url=database_url) as fetch_worker, db.connect(autocommit=True, url=database_url) as load_worker:
         fetch_worker.execute(f"LISTEN {ready_channel('fetch')}")
         load_worker.execute(f"LISTEN {ready_channel('load')}")
         with db.connect(url=database_url) as writer, writer.transaction():

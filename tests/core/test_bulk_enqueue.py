@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from waiting import worker_waiting
 
 from queue_workflows import bulk, db, node_queue, register_ingest_task
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownTaskError
@@ -52,7 +53,7 @@ def test_one_bad_job_rejects_the_whole_batch(conn, bad, error, message):
 
 def test_a_batch_rides_the_callers_transaction_with_one_notify_per_queue(database_url, conn):
     conn.execute("LISTEN ingest_job_ready")
-    with db.connect(url=database_url) as writer:
+    with worker_waiting(database_url, "fetch", "load"), db.connect(url=database_url) as writer:
         with writer.transaction():
             node_queue.enqueue_ingest_jobs(({"task_name": "t", "queue": q} for q in ["fetch", "load"] * 100), conn=writer)
             assert list(conn.notifies(timeout=0.2)) == []
@@ -100,7 +101,7 @@ def test_copy_refuses_a_bad_item_by_its_index_and_writes_nothing(conn, bad, mess
 
 
 def test_copy_joins_the_callers_transaction_and_wakes_workers_once_at_commit(database_url):
-    with psycopg.connect(database_url, autocommit=True) as listener:
+    with worker_waiting(database_url, "fetch", "load"), psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN ingest_job_ready")
         with db.connect(url=database_url) as conn:
             assert bulk.copy_ingest_jobs([{"task_name": "t", "queue": "fetch"}] * 500, conn=conn) == 500

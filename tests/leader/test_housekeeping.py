@@ -10,6 +10,7 @@ import time
 import psycopg
 from procs import wait_until
 from psycopg import sql
+from waiting import worker_waiting
 
 from queue_workflows import node_queue, register_ingest_task
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE, Claimant
@@ -59,7 +60,7 @@ def test_the_sweep_promotes_due_jobs_and_wakes_their_workers(database_url, conn)
     register_ingest_task("t", lambda reason: {})
     job = node_queue.enqueue_ingest_job("t", "fetch")
     conn.execute("UPDATE ingest_jobs SET status = 'scheduled', run_after = now() + interval '1 hour' WHERE id = %s", (job["id"],))
-    with psycopg.connect(database_url, autocommit=True) as listener:
+    with worker_waiting(database_url, "fetch"), psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN ingest_job_ready")
         _sweep(database_url)
         assert conn.execute("SELECT status FROM ingest_jobs WHERE id = %s", (job["id"],)).fetchone()["status"] == "scheduled"

@@ -12,6 +12,7 @@ import qw_test_app
 from procs import Procs, query, service_env, wait_until, wait_workers_ready
 
 from queue_workflows import db, node_queue, register_ingest_task
+from queue_workflows.worker.idle_baton import BATON_NAMESPACE
 
 pytestmark = pytest.mark.multiprocess
 
@@ -80,6 +81,10 @@ def _insert_without_notify(url: str, token: str) -> int:
     return int(row[0])
 
 
+BATON_HELD = ("SELECT count(*) AS n FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+              " AND locktype = 'advisory' AND classid = %s AND granted")
+
+
 def test_dropped_notify_is_covered_by_the_poll_and_notify_wakes_fast(database_url: str, procs: Procs) -> None:
     poll = 1.0
     worker = procs.worker(service_env(database_url, QW_POLL_SECONDS=str(poll)), "fetch")
@@ -102,6 +107,8 @@ def test_dropped_notify_is_covered_by_the_poll_and_notify_wakes_fast(database_ur
         notified = []
         for i in range(5):
             time.sleep(0.05 + 0.13 * i)  # spread the enqueues over the worker's poll cycle
+            # An enqueue NOTIFYs only while the worker waits (migration 0051): idle again after the last job.
+            wait_until(lambda: query(database_url, BATON_HELD, (BATON_NAMESPACE,))[0]["n"] == 1, timeout=10, what="the idle worker to hold the baton")
             job_id = node_queue.enqueue_ingest_job("record", "fetch", {"token": f"loud-{i}"})["id"]
             heard = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
             assert heard == ["fetch"], f"enqueue did not NOTIFY: {heard}"

@@ -100,6 +100,8 @@ class ClaimWorker:
         try:
             # Connect, take the lock, LISTEN, and read our ON/OFF row: an OFF worker starts parked.
             self.session.run(self._read_switch)
+            if self.baton is None:  # every idle worker here acts on NOTIFY: each enqueue must send one (migration 0051)
+                self.session.run(lambda conn: conn.execute(_WORKER.sql("wake_on_every_enqueue"), {"queue": self.queue}))
             if self.gpu is not None:
                 self.gpu.start()
                 self.session.run(self.gpu.publish_models)

@@ -111,6 +111,8 @@ class BatchWorker(ClaimWorker):
             rows = cur.execute(*self._claim_statement_batch()).fetchall()
             if not rows and jobstore.promote_due(conn, self.table, self.queue):
                 rows = cur.execute(*self._claim_statement_batch()).fetchall()
+        if rows and self.baton is not None:
+            self.baton.release(conn)  # busy now: enqueues stop announcing to us, and the next in line listens
         return [job_from_row(row) for row in rows]
 
     def _budget(self, job: Job) -> float:
