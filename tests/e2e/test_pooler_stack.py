@@ -52,10 +52,10 @@ class PoolerHead(Host):
         """This machine's DSN through the published PgBouncer port: TLS verify-full for the name `pgbouncer`, SCRAM only."""
         port = self.compose("port", "pgbouncer", "6432").stdout.strip().rsplit(":", 1)[1]
         password = (self.repo / "deploy" / "secrets" / f"{role}_db_password").read_text().strip()
-        return psycopg.conninfo.make_conninfo(
-            host="pgbouncer", hostaddr="127.0.0.1", port=port, dbname="qw", user=f"qw_{role}", password=password,
-            sslmode="verify-full", sslrootcert=str(self.repo / "deploy" / "ca" / "ca.crt"), require_auth="scram-sha-256",
-            connect_timeout="5", **extra)
+        params = {"host": "pgbouncer", "hostaddr": "127.0.0.1", "port": port, "dbname": "qw", "user": f"qw_{role}",
+                  "password": password, "sslmode": "verify-full", "sslrootcert": str(self.repo / "deploy" / "ca" / "ca.crt"),
+                  "require_auth": "scram-sha-256", "connect_timeout": "5"}
+        return psycopg.conninfo.make_conninfo(**{**params, **extra})
 
     def direct_url(self, role: str = "orchestrator") -> str:
         port = self.compose("port", "postgres", "5432").stdout.strip().rsplit(":", 1)[1]
@@ -119,6 +119,12 @@ def test_the_example_app_and_qw_go_through_pgbouncer_over_tls_with_scram(head):
     seen = rows(head.direct_url(), "SELECT a.usename, s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)"
                 " WHERE a.datname = current_database() AND a.client_addr = %s::inet", (pgbouncer_address(head),))
     assert seen and all(r["ssl"] for r in seen), seen
+    done = lambda: rows_or_none(head.direct_url(), "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'demo' GROUP BY status")  # noqa: E731
+    settled = poll("the demo's jobs to complete", lambda: (found := done()) and [r["status"] for r in found] == ["completed"] and found, 120)
+    assert settled[0]["n"] == 10
+
+
+def test_clients_get_in_only_with_scram_and_tls(head):
     # From this machine: verify-full for the name `pgbouncer`, and libpq refuses any exchange but SCRAM.
     with psycopg.connect(head.pooled_url(), autocommit=True, prepare_threshold=None) as conn:
         assert conn.pgconn.ssl_in_use
@@ -126,9 +132,8 @@ def test_the_example_app_and_qw_go_through_pgbouncer_over_tls_with_scram(head):
     wrong = head.pooled_url().replace("password=", "password=not-")
     with pytest.raises(psycopg.OperationalError, match="password authentication failed|SASL authentication failed"):
         psycopg.connect(wrong, autocommit=True).close()
-    done = lambda: rows_or_none(head.direct_url(), "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'demo' GROUP BY status")  # noqa: E731
-    settled = poll("the demo's jobs to complete", lambda: (found := done()) and [r["status"] for r in found] == ["completed"] and found, 120)
-    assert settled[0]["n"] == 10
+    with pytest.raises(psycopg.OperationalError, match="SSL"):
+        psycopg.connect(head.pooled_url(sslmode="disable"), autocommit=True).close()
 
 
 def test_a_worker_pointed_at_pgbouncer_exits_80_with_one_line(head):
@@ -194,6 +199,9 @@ def test_a_pgbouncer_restart_under_load_loses_nothing_and_runs_nothing_twice(hea
             producer.thread.join(timeout=30)
         db.close_pools()
     assert [p.failed for p in producers if p.failed] == []
+    # The restart stopped PgBouncer with its safe shutdown (the image's STOPSIGNAL), not the immediate one.
+    logs = head.compose("logs", "--no-color", "pgbouncer").stdout
+    assert "got SIGINT, shutting down" in logs and "got SIGTERM" not in logs, logs[-3000:]
     errors = [e for p in producers for e in p.errors]
     assert errors, "no producer saw the restart: it did not happen under load"
     acked = {t for p in producers for t in p.acked}
