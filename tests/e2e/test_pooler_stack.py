@@ -108,7 +108,7 @@ def test_the_section_turns_the_pooler_on(head):
     # Postgres's own keepalives on a TCP session (compose.yaml): a silent peer is dropped in ~25 s.
     keepalives = rows(head.direct_url(), "SELECT current_setting('tcp_keepalives_idle') AS idle, current_setting('tcp_keepalives_interval')"
                       " AS interval, current_setting('tcp_keepalives_count') AS count, current_setting('tcp_user_timeout') AS user_timeout")
-    assert keepalives == [{"idle": "10", "interval": "5", "count": "3", "user_timeout": "25s"}], keepalives
+    assert keepalives == [{"idle": "10", "interval": "5", "count": "3", "user_timeout": "25000"}], keepalives
 
 
 def test_the_example_app_and_qw_go_through_pgbouncer_over_tls_with_scram(head):
