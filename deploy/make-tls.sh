@@ -3,7 +3,8 @@
 # Usage: deploy/make-tls.sh HEAD_NAME [NAME_OR_IP ...]   (as root: the key's owner must be root)
 #   deploy/ca-private/ca.key  the CA's key: stays here, never mounted or copied
 #   deploy/ca/ca.crt          the CA: copy it to every other host's deploy/ca/
-#   deploy/tls/server.crt|key the head's certificate, for the names given and `postgres`
+#   deploy/tls/server.crt|key the head's certificate, for the names given, `postgres` and
+#                             `pgbouncer` (the `pooler` profile serves it to its clients too)
 # Run again with the same names and nothing changes; with other names the certificate is
 # reissued from the same CA, so no host needs a new ca.crt.
 set -eu
@@ -24,7 +25,7 @@ if [ "$(id -u)" != 0 ]; then
     exit 2
 fi
 
-sans="DNS:postgres"
+sans="DNS:postgres,DNS:pgbouncer"
 for name in "$@"; do
     case $name in
         *:*) sans="$sans,IP:$name" ;;

