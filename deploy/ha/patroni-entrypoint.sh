@@ -1,6 +1,6 @@
 #!/bin/sh
 # Starts Patroni as the image's postgres user with the passwords from the Docker secrets: the
-# replication user's from /run/secrets/replication_password, the others are deploy/postgres-init's.
+# replication (and pg_rewind) user's from /run/secrets/replication_password, the others are deploy/postgres-init's.
 # Patroni reads PATRONI_* variables over its YAML file; the node's name and address come from
 # the service (PATRONI_NAME). exec keeps Patroni as PID 1, so SIGTERM reaches it.
 set -eu
@@ -10,9 +10,10 @@ if [ ! -s /run/secrets/replication_password ]; then
 fi
 : "${PATRONI_NAME:?set PATRONI_NAME to this node's name, which other nodes reach it by}"
 PATRONI_REPLICATION_PASSWORD="$(cat /run/secrets/replication_password)"
+PATRONI_REWIND_PASSWORD="$PATRONI_REPLICATION_PASSWORD"
 PATRONI_POSTGRESQL_CONNECT_ADDRESS="${PATRONI_POSTGRESQL_CONNECT_ADDRESS:-$PATRONI_NAME:5432}"
 PATRONI_RESTAPI_CONNECT_ADDRESS="${PATRONI_RESTAPI_CONNECT_ADDRESS:-$PATRONI_NAME:8008}"
-export PATRONI_REPLICATION_PASSWORD PATRONI_POSTGRESQL_CONNECT_ADDRESS PATRONI_RESTAPI_CONNECT_ADDRESS
+export PATRONI_REPLICATION_PASSWORD PATRONI_REWIND_PASSWORD PATRONI_POSTGRESQL_CONNECT_ADDRESS PATRONI_RESTAPI_CONNECT_ADDRESS
 mkdir -p "${PGDATA:-/var/lib/postgresql/data}" 2>/dev/null || :
 chmod 700 "${PGDATA:-/var/lib/postgresql/data}" 2>/dev/null || :
 exec "$@"

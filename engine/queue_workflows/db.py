@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from queue_workflows import config, errors, migrations, pooler
 from queue_workflows.db_network import network_timeouts
+from queue_workflows.db_pool import FollowingPool
 from queue_workflows.errors import ConfigError, DatabaseUnreachableError, MigrationError, QueueWorkflowsError, SchemaNotReadyError
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def pool() -> ConnectionPool[Conn]:
                 prepare = None if pooler.is_transaction_pooled(url) else 5  # a statement prepared on one backend is unknown to the next
             except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
                 raise connect_error(exc) from None
-            existing = ConnectionPool(
+            existing = FollowingPool(
                 url,
                 connection_class=psycopg.Connection[dict[str, Any]],
                 min_size=1,

@@ -19,13 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import ROOT, engine_problem
+from e2e_support import ROOT, engine_problem, write_secrets
 from operator_docs import Host, clean_env, copy_of_the_repository, shell_blocks
 
 E2E_DIR = Path(__file__).resolve().parent
-SECRET_FILES = ("postgres_password", "orchestrator_db_password", "scheduler_db_password", "dashboard_db_password",
-                "worker_db_password", "metrics_db_password", "dashboard_password")
-SECRETS_GID = 10001  # the images' user's group, compose.yaml's QW_SECRETS_GID default
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -105,13 +102,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         started = time.monotonic()
         subprocess.run([str(ROOT / "docker" / "build-images.sh")], cwd=ROOT, check=True, timeout=1800)
         print(f"\nimages built in {time.monotonic() - started:.1f}s")
-    secrets = tmp_path_factory.mktemp("secrets")
-    secrets.chmod(0o755)
-    for name in SECRET_FILES:
-        (secrets / name).write_text(uuid.uuid4().hex + "\n")
-        # Readable by the containers' group only, as deploy/make-secrets.sh leaves them.
-        os.chown(secrets / name, -1, SECRETS_GID)
-        (secrets / name).chmod(0o640)
+    secrets = write_secrets(tmp_path_factory.mktemp("secrets"))
     running = Stack(secrets)
     started = time.monotonic()
     try:

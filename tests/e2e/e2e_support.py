@@ -3,8 +3,10 @@ e2e conftest by name: the suite's own tests/conftest.py shadows it)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,19 @@ import qw_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("completed", "failed", "cancelled")
+SECRET_FILES = ("postgres_password", "orchestrator_db_password", "scheduler_db_password", "dashboard_db_password",
+                "worker_db_password", "metrics_db_password", "dashboard_password")
+SECRETS_GID = 10001  # the images' user's group, compose.yaml's QW_SECRETS_GID default
+
+
+def write_secrets(directory: Path, extra: tuple[str, ...] = ()) -> Path:
+    """A fresh random password per secret file, readable by the containers' group only, as deploy/make-secrets.sh leaves them."""
+    directory.chmod(0o755)
+    for name in (*SECRET_FILES, *extra):
+        (directory / name).write_text(uuid.uuid4().hex + "\n")
+        os.chown(directory / name, -1, SECRETS_GID)
+        (directory / name).chmod(0o640)
+    return directory
 
 
 def engine_problem() -> str | None:
