@@ -31,8 +31,9 @@ import pgbouncer as pgbouncer_support  # noqa: E402
 import small_disk  # noqa: E402
 from procs import PrivatePostgres  # noqa: E402
 
+# The backends holding a worker lock (classid 20823, as the view qw_worker_sessions reads them) in this database.
 WORKER_LOCKS = """
-SELECT DISTINCT l.pid FROM pg_locks l
+SELECT DISTINCT l.pid, statement_timestamp() AS t FROM pg_locks l
  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid::bigint = 20823
    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 """

@@ -61,10 +61,10 @@ def render(local: dict[str, Any], local_name: str, ha: dict[str, Any] | None = N
         " (tests/deploy/test_failure_matrix_doc.py fails when this page and its results differ). -->",
         "",
         "Every fault below was injected into a running cluster, several times, by real processes, while a steady load ran:"
-        f" a producer enqueueing {load_['jobs_per_s']:g} plain jobs a second ({load_['producer']}) and starting"
-        f" {load_['dag_runs_per_s']:g} DAG run a second ({load_['dag']}), {load_['orchestrators']} orchestrators (a leader and a"
-        f" standby), claim workers ({load_['load_workers']}) and a probe seat ({load_['probe_seat']}): the worker a fault"
-        " strikes runs a probe job, and the taker beside it is the one that must take it over. Leases"
+        f" a producer enqueueing {load_['jobs_per_s']:g} plain jobs a second, {load_['producer']}, and starting"
+        f" {load_['dag_runs_per_s']:g} DAG run a second ({load_['dag']}); {load_['orchestrators']} orchestrators, a leader and a"
+        f" standby; the load's claim workers, {load_['load_workers']}; and a probe seat, {load_['probe_seat']}: the worker a"
+        " fault strikes runs a probe job, and the taker beside it is the one that must take it over. Leases"
         f" {load_['lease_s']:g} s, renewed every {load_['renew_s']:g} s; the leader's reclaim sweep every"
         f" {load_['reclaim_sweep_s']:g} s. After the last fault the load stops, everything drains, and each row counts"
         " over the jobs and DAG runs created while its trials ran:",
@@ -88,7 +88,7 @@ def render(local: dict[str, Any], local_name: str, ha: dict[str, Any] | None = N
         f" jobs and {load_['acknowledged_runs']} DAG runs acknowledged in {load_['wall_s']:g} s.",
     ]
     if ha is not None:
-        lines.append(f"HA rows: `benchmarks/results/{ha_name}` ({ha['date']}; {ha['machine']}), from CI's container stage"
+        lines.append(f"HA rows: `benchmarks/results/{ha_name}` ({ha.get('date', '?')}; {ha.get('machine', '?')}), from CI's container stage"
                      " (a real Patroni + etcd cluster, docs/ha.md); its command below reproduces each.")
     else:
         lines.append("HA rows (Postgres failover under Patroni, docs/ha.md) come from CI's container stage"

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         acked_jobs, acked_runs = failure_load.acknowledged(cluster.acked_log)
         load = {"jobs_per_s": args.rate, "dag_runs_per_s": args.dag_rate, "dag": "a -> (b, c), three no-op nodes",
                 "orchestrators": 2, "load_workers": "2 on fetch, 1 on cpu (DAG nodes)",
-                "probe_seat": "a target worker per trial + a taker", "lease_s": args.lease, "renew_s": round(args.lease / 6, 3),
+                "probe_seat": "a target worker per trial (started parked during the trial before) and a taker", "lease_s": args.lease, "renew_s": round(args.lease / 6, 3),
                 "reclaim_sweep_s": 0.25, "producer": "through PgBouncer (transaction mode)" if cluster.bouncer else "direct",
                 "acknowledged_jobs": len(acked_jobs), "acknowledged_runs": len(acked_runs),
                 "wall_s": round(time.monotonic() - started, 1), "quick": bool(args.quick)}
