@@ -201,15 +201,22 @@ def full_disk(c: Cluster) -> float:
     assert c.disk is not None and c.producer is not None
     log = c.producer.log_path  # type: ignore[attr-defined]
     refusals = log.read_text(errors="replace").count("out of disk space")
-    c.disk.fill()
-    try:
-        testing.wait_until(lambda: log.read_text(errors="replace").count("out of disk space") > refusals or _refused(c),
-                           timeout=30, interval=0.05, what="an enqueue refused for want of space")
-        time.sleep(2.0)  # the cluster lives through a while of it
-        c.procs.check_alive(c.orchestrators)
-    finally:
-        since = c.db_now()
-        c.disk.free()
+    # Opened before the fill: a new session may not start on a full disk (its relcache init file is written there).
+    with psycopg.connect(c.url, autocommit=True) as held:
+        c.disk.fill()
+        try:
+            testing.wait_until(lambda: log.read_text(errors="replace").count("out of disk space") > refusals or _refused(c),
+                               timeout=30, interval=0.05, what="an enqueue refused for want of space")
+            time.sleep(2.0)  # the cluster lives through a while of it
+            c.procs.check_alive(c.orchestrators)
+            try:
+                c.sql(c.url, "SELECT 1")
+                c.notes.append("a new connection during the fill: accepted")
+            except psycopg.OperationalError as exc:
+                c.notes.append(f"a new connection during the fill: {str(exc).strip().splitlines()[-1][:160]}")
+        finally:
+            since = held.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+            c.disk.free()
     return float(c.poll("SELECT extract(epoch FROM min(finished_at) - %s::timestamptz)::float FROM ingest_jobs"
                         " WHERE queue = 'fetch' AND created_at > %s AND status = 'completed' HAVING count(*) > 0",
                         (since, since), timeout=60, what="a job enqueued after space returned, completed", interval=0.02))
