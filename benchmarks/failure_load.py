@@ -37,14 +37,15 @@ def produce(url: str, rate: float, dag_rate: float, acked_path: str) -> int:
     retried = (psycopg.OperationalError, psycopg.InternalError)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    seen: set[str] = set()
+    logged: dict[str, float] = {}
 
     def note(exc: BaseException) -> None:
+        """Log an error's first line, each kind once per fault (not within 5 s of its last line)."""
         first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         kind = first[:60]
-        if kind not in seen:
-            seen.add(kind)
+        if time.monotonic() - logged.get(kind, -60.0) > 5.0:
             print(f"enqueue failed, retrying: {first}", flush=True)
+        logged[kind] = time.monotonic()
 
     with open(acked_path, "a", buffering=1) as acked:
         started, jobs, runs = time.monotonic(), 0, 0

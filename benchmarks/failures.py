@@ -145,6 +145,9 @@ def account(cluster: Cluster, windows: list[tuple[Fault, datetime, float]]) -> d
         counts[windows[-1][0].name]["lost"] += len(missing)
     for name, found in keys.items():
         counts[name]["concurrent"], counts[name]["sequential"] = failure_load.tally(found, execs)
+        for key in sorted(found):
+            if failure_load.double_runs(execs.get(key, []))[0]:
+                print(f"   {name}: concurrent executions of {key}: {execs[key]}")
     return counts
 
 
