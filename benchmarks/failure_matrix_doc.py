@@ -57,8 +57,8 @@ def _broken(rows: list[dict[str, Any]]) -> list[str]:
     if not bad:
         return ["No row lost a job or ran one twice at the same time.", ""]
     named = "; ".join(f"`{r['fault']}`: {r['lost']} lost, {r['concurrent_double_runs']} concurrent double run(s)" for r in bad)
-    return [f"**Broke the contract in this run** ({named}): a finding of the run named below, not noise. The script"
-            " prints the overlapping executions of each such job; docs/liveness.md (\"What can still run a job twice\")"
+    return [f"**Broke the contract in this run** ({named}): a finding of the run named below, not noise. The script now"
+            " prints each lost job or run and the overlapping executions of a double run; docs/liveness.md (\"What can still run a job twice\")"
             " says where the engine's guarantees end.", ""]
 
 

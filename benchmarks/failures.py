@@ -122,7 +122,7 @@ def account(cluster: Cluster, windows: list[tuple[Fault, datetime, float]]) -> d
     acked_jobs, acked_runs = failure_load.acknowledged(cluster.acked_log)
     execs = failure_load.executions(cluster.exec_log)
     jobs = cluster.sql(cluster.url, "SELECT args->>'key' AS key, status, created_at FROM ingest_jobs")
-    runs = cluster.sql(cluster.url, "SELECT id, context->>'key' AS key, status, created_at FROM workflow_runs")
+    runs = cluster.sql(cluster.url, "SELECT id, context->>'key' AS key, status, created_at, error FROM workflow_runs")
     starts = [start for _, start, _ in windows]
 
     def window(created: datetime) -> int:
@@ -133,11 +133,15 @@ def account(cluster: Cluster, windows: list[tuple[Fault, datetime, float]]) -> d
     for job in jobs:
         name = windows[window(job["created_at"])][0].name
         keys[name].add(job["key"])
-        counts[name]["lost"] += job["status"] != "completed" or job["key"] not in execs
+        if job["status"] != "completed" or job["key"] not in execs:
+            counts[name]["lost"] += 1
+            print(f"   {name}: lost job {job['key']} ({job['status']}, {'ran' if job['key'] in execs else 'never ran'})")
     for run in runs:
         name = windows[window(run["created_at"])][0].name
         keys[name] |= {f"{run['key']}:{node}" for node in "abc"}
-        counts[name]["lost"] += run["status"] != "completed"
+        if run["status"] != "completed":
+            counts[name]["lost"] += 1
+            print(f"   {name}: lost DAG run {run['id']} ({run['status']}, key {run['key']})")
     present_jobs, present_runs = {j["key"] for j in jobs}, {r["id"] for r in runs}
     missing = [k for k in acked_jobs if k not in present_jobs] + [k for k, i in acked_runs.items() if i not in present_runs]
     if missing:  # acknowledged, yet not in the table at all: charged to the last fault (no created_at to place it by)
