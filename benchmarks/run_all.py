@@ -20,6 +20,9 @@ import common
 # Every benchmark is a script with a __main__ block; the rest are helpers. Found, not listed, so a new one cannot be left out.
 SCRIPTS = tuple(sorted(p.stem for p in common.BENCH_DIR.glob("*.py")
                        if p.stem != "run_all" and 'if __name__ == "__main__":' in p.read_text()))
+# Extra arguments of a script's --quick run here: the whole failure matrix takes ~3.5 min even in quick mode, and CI's
+# soak stage runs it in full (tests/contracts/test_failure_matrix.py); the smoke run takes two fast faults.
+QUICK_EXTRA = {"failures": ["--faults", "kill_worker,kill_leader"]}
 SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "max_connections", "autovacuum")
 PACKAGES = ("queue-workflows", "psycopg", "psycopg-pool", "pgqueuer", "asyncpg", "procrastinate", "pgserver")
 
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = [header(args.database_url)] if args.results else []
     for name in chosen:
         started = time.monotonic()
-        child = subprocess.Popen([sys.executable, str(common.BENCH_DIR / f"{name}.py"), *passthrough],
+        extra = QUICK_EXTRA.get(name, []) if args.quick else []
+        child = subprocess.Popen([sys.executable, str(common.BENCH_DIR / f"{name}.py"), *passthrough, *extra],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
         try:
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 child.terminate()
                 child.wait(timeout=30)
         summary.append((name, rc, time.monotonic() - started))
-        sections.append(f"## {name}\n\n`python benchmarks/{name}.py{' ' + ' '.join(passthrough) if passthrough else ''}`"
+        sections.append(f"## {name}\n\n`python benchmarks/{name}.py{' ' + ' '.join([*passthrough, *extra]) if passthrough or extra else ''}`"
                         f" ({time.monotonic() - started:.0f} s)\n\n```\n{''.join(lines).rstrip()}\n```\n")
         print(flush=True)
     if args.results:
