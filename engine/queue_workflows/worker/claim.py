@@ -313,7 +313,8 @@ class ClaimWorker:
         """
         statements = []
         usage, self._usage = self._usage, None
-        if usage is not None:  # what the job cost, stamped while the row is still running and ours
+        completed = outcome.status == JobStatus.COMPLETED and outcome.gpu_error is None
+        if usage is not None and not completed:  # what the job cost, stamped while the row is still running and ours
             statements.append(usage.statement(self.table, job.id, self.worker_id))
         if outcome.gpu_error == "oom":  # the model needs more than it was placed on (gpu/learn.py)
             statements.extend(learn.raise_need_statements(job, held_bytes=usage.peak_vram_bytes if usage else None,
@@ -328,6 +329,8 @@ class ClaimWorker:
             verdict = retry.decision(job, outcome.exception, self.settings)
             retry_in = verdict.retry_in
             statements.extend(retry.failure_statements(self.table, job, self.worker_id, error=outcome.error or "", verdict=verdict))
+        elif usage is not None and completed:  # the common case: its usage rides in its mark, one row version
+            statements.append(usage.completed_statement(self.table, job.id, self.worker_id, outcome.result))
         else:
             statements.append(jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, worker_id=self.worker_id))
         claim = self._claim_statements() if self._may_claim() else []

@@ -37,6 +37,11 @@ class Usage:
         params: dict[str, Any] = {"job_id": job_id, "worker_id": worker_id, **self.__dict__}
         return _WORKER.sql("record_usage", table), params
 
+    def completed_statement(self, table: JobTable, job_id: int, worker_id: str, result: Any) -> Statement:
+        """The claimant's completion of its running job with this usage stamped in the same row version; no row when no longer ours."""
+        params: dict[str, Any] = {"job_id": job_id, "worker_id": worker_id, "result": result, **self.__dict__}
+        return _WORKER.sql("complete_job", table), params
+
 
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
