@@ -90,6 +90,7 @@ class ClaimWorker:
         self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 1.0)) if self.gpu is None and self.settings.idle_baton else None
         self.meter = UsageMeter(vram=self.gpu is not None, sample_seconds=self.settings.gpu_vram_sample_seconds)
         self._usage: Usage | None = None
+        self._claim_cache: tuple[Any, list[jobstore.Statement]] | None = None
         if self.gpu is not None:
             self.beat.gpu_fields = self.gpu.heartbeat_fields
 
@@ -218,8 +219,11 @@ class ClaimWorker:
     def _claim_statements(self) -> list[jobstore.Statement]:
         """The claim, after its queue's prelude if any (node_queue.claim_statements)."""
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
-        if self.gpu is None:
-            return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
+        if self.gpu is None:  # the same until a reconnect draws another key or the engine is reconfigured: built once
+            key = (claimant, config.current())
+            if self._claim_cache is None or self._claim_cache[0] != key:
+                self._claim_cache = key, node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
+            return self._claim_cache[1]
         return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model,
                                            loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb(),
                                            gpu_devices=self.gpu.claim_devices())

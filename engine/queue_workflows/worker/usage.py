@@ -89,9 +89,10 @@ class UsageMeter:
             self.sampler.start(sample=not getattr(self.vram_probe, "absent", False), probe=probe)
 
     def finish(self, *, load_seconds: float | None = None, hit: bool | None = None) -> Usage:
+        r = resource.getrusage(resource.RUSAGE_SELF)
         return Usage(
-            cpu_seconds=round(_cpu() - self._cpu0, 6),
-            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            cpu_seconds=round(r.ru_utime + r.ru_stime - self._cpu0, 6),
+            peak_rss_bytes=r.ru_maxrss * 1024,
             wall_seconds=round(time.monotonic() - self._t0, 6),
             peak_vram_bytes=self.sampler.stop() if self.vram else None,
             model_load_seconds=load_seconds,
