@@ -4,11 +4,13 @@ For each system and worker count: start the worker processes and wait until they
 commit N no-op jobs in one transaction, and time from that commit until no job is left
 unfinished (polled every 20 ms). Every system gets its own database on the same Postgres.
 The ceiling is measured first in the same run: one connection committing a one-row UPDATE in
-a loop, the most transactions per second one process gets from this server. Beside it, the
-one-job worker's own statements alone (a completion and the next claim per commit, no worker
-process): the most any one-job worker could drain on this server.
+a loop, the most transactions per second one process gets from this server. Right before each
+one-job row, its SQL floor at the same process count: as many processes sending only the
+one-job worker's own statements (its completion and the next claim per commit, no worker
+around them; onejob_floor.py), timed the same way. The run fails (exit 1) when the one-job
+worker drains less than `--min-share` of its floor at any process count.
 
-    python benchmarks/throughput.py [--jobs 20000] [--workers 1,2,4] [--quick] [--database-url DSN]
+    python benchmarks/throughput.py [--jobs 20000] [--workers 1,2,4] [--quick] [--database-url DSN] [--min-share 0.75]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import common
 import systems
 from common import Procs
+from onejob_floor import OneJobFloor
 
 from queue_workflows import testing
 
@@ -83,38 +86,17 @@ def commit_ceiling(server_url: str, seconds: float = 2.0) -> float:
         common.drop_database(server_url, url)
 
 
-def one_job_sql_floor(server_url: str, seconds: float = 2.0) -> float:
-    """Jobs per second of the one-job worker's own statements alone, on one connection: each
-    job's completion and the next claim in one pipelined commit, as the worker sends them, with
-    no worker process, task or liveness around them. No one-job worker can beat this."""
-    from queue_workflows import bulk, db, jobstore, node_queue
-
-    url = common.qw_database(server_url)
-    try:
-        with db.connect(autocommit=True, url=url) as conn:
-            with conn.transaction():
-                bulk.copy_ingest_jobs(({"task_name": "noop", "queue": "fetch", "reason": "bench"} for _ in range(40_000)), conn=conn)
-            claimant = jobstore.Claimant("floor", 1)
-            claim = node_queue.claim_statements(node_queue.INGEST_TABLE, "fetch", claimant)
-            job = db.one_round_trip(conn, claim)[-1].fetchone()
-            started, n = time.perf_counter(), 0
-            while job is not None and time.perf_counter() - started < seconds:
-                mark = jobstore.mark_statement(node_queue.INGEST_TABLE, "completed", job["id"], result=None, worker_id="floor")
-                job = db.one_round_trip(conn, [mark, *claim])[-1].fetchone()
-                n += 1
-            return n / (time.perf_counter() - started)
-    finally:
-        db.close_pools()
-        common.drop_database(server_url, url)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 20000; 2000 with --quick)")
     parser.add_argument("--workers", default=None, help="worker counts, comma separated (default 1,2,4; 1,2 with --quick)")
     parser.add_argument("--systems", default=",".join(c.name for c in systems.ALL))
     parser.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds (default 120; 15 with --quick)")
+    parser.add_argument("--min-share", type=float, default=None,
+                        help="fail unless the one-job worker drains this share of its SQL floor at every process count "
+                             "(default 0.75; 0.5 with --quick, whose short drains are noisy)")
     args = parser.parse_args(argv)
+    min_share = args.min_share if args.min_share is not None else (0.5 if args.quick else 0.75)
     jobs = args.jobs or (2000 if args.quick else 20000)
     counts = [int(x) for x in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
     timeout = args.timeout or (15.0 if args.quick else 120.0)
@@ -125,11 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         common.banner(f"throughput: {jobs} no-op jobs committed at once; worker processes {counts}", args, server_url)
         ceiling = commit_ceiling(server_url)
         print(f"   commit ceiling: {ceiling:,.0f} tx/s (one connection, one-row UPDATE per commit)")
-        floor = one_job_sql_floor(server_url)
-        print(f"   one-job SQL alone: {floor:,.0f} jobs/s ({floor / ceiling:.0%} of the ceiling): a completion and the next "
-              "claim per commit, no worker; the most a one-job worker could reach")
         for cls in classes:
             system = cls(server_url)
+            floor: OneJobFloor | None = None
             try:
                 system.setup()
             except Exception as exc:  # noqa: BLE001
@@ -138,26 +118,55 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"   {cls.name}: {system.describe()}")
             try:
+                if cls is systems.QueueWorkflows:
+                    floor = OneJobFloor(server_url, system.url)
+                    print(f"   {floor.name} (measured right before each {cls.name} row): {floor.describe()}")
                 for n in counts:
-                    r = measure(system, procs, n, jobs, timeout)
-                    results.append(r)
-                    shown = f"{r.rate:,.0f} jobs/s in {r.seconds:.2f}s" if r.rate else r.note
-                    enq = f"  (enqueue of {jobs} took {r.enqueue_seconds:.2f}s)" if r.enqueue_seconds else ""
-                    print(f"      {n} worker(s): {shown}{enq}", flush=True)
+                    # The floor right before its row, so both share whatever else loads the machine then.
+                    for measured in ([floor, system] if floor is not None else [system]):
+                        r = measure(measured, procs, n, jobs, timeout)
+                        results.append(r)
+                        shown = f"{r.rate:,.0f} jobs/s in {r.seconds:.2f}s" if r.rate else r.note
+                        enq = f"  (enqueue of {jobs} took {r.enqueue_seconds:.2f}s)" if r.enqueue_seconds else ""
+                        print(f"      {n} {'floor process' if measured is floor else 'worker'}(s): {shown}{enq}", flush=True)
             finally:
                 system.teardown()
 
     pgq = {r.workers: r.rate for r in results if r.system == systems.PgQueuer.name}
+    floors = {r.workers: r.rate for r in results if r.system == OneJobFloor.name}
     rows = []
     for r in results:
         per_worker = f"{r.rate / r.workers / ceiling:.0%}" if r.rate else "-"
+        of_floor = common.ratio(r.rate, floors.get(r.workers)) if r.system == systems.QueueWorkflows.name else "-"
         rows.append([r.system, r.workers, f"{r.rate:,.0f}" if r.rate else "-", f"{r.seconds:.2f}" if r.seconds else "-",
-                     common.ratio(r.rate, pgq.get(r.workers)), per_worker, r.note])
+                     common.ratio(r.rate, pgq.get(r.workers)), of_floor, per_worker, r.note])
     print()
-    common.print_table(["system", "workers", "jobs/s", "seconds", "vs pgqueuer", "per worker / commit ceiling", "note"], rows)
-    print(f"   vs pgqueuer > 1: faster than pgqueuer with as many processes; commit ceiling {ceiling:,.0f} tx/s; "
-          f"one-job SQL alone {floor:,.0f} jobs/s ({floor / ceiling:.0%}).")
-    return 0
+    common.print_table(["system", "workers", "jobs/s", "seconds", "vs pgqueuer", "vs one-job SQL floor", "per worker / commit ceiling", "note"], rows)
+    print(f"   vs pgqueuer > 1: faster than pgqueuer with as many processes; vs one-job SQL floor: the one-job worker's share of "
+          f"its own statements sent by as many bare processes, measured right before it; commit ceiling {ceiling:,.0f} tx/s.")
+    return check_floor_shares(results, min_share)
+
+
+def check_floor_shares(results: list[Result], min_share: float) -> int:
+    """Exit status: 1 when the one-job worker drained less than `min_share` of its floor at some process count."""
+    floors = {r.workers: r for r in results if r.system == OneJobFloor.name}
+    failed = []
+    for r in results:
+        floor = floors.get(r.workers)
+        if r.system != systems.QueueWorkflows.name or floor is None:
+            continue
+        if not floor.rate:
+            print(f"   one-job worker vs its SQL floor at {r.workers} process(es): not compared, the floor did not finish ({floor.note})")
+        elif not r.rate:
+            failed.append(f"{r.workers} process(es): the floor finished, the workers did not ({r.note})")
+        elif r.rate / floor.rate < min_share:
+            failed.append(f"{r.workers} process(es): {r.rate:,.0f} jobs/s is {r.rate / floor.rate:.0%} of the floor's "
+                          f"{floor.rate:,.0f}, below {min_share:.0%}")
+    for line in failed:
+        print(f"   FAIL one-job worker vs its SQL floor: {line}")
+    if floors and not failed:
+        print(f"   ok: the one-job worker drains at least {min_share:.0%} of its SQL floor at every process count")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -66,8 +66,7 @@ class JobRow:
     @classmethod
     def from_row(cls: type[R], row: Mapping[str, Any]) -> R:
         """Build from a database row (the usage figures, written when the job ends, are left out); a missing column is an error."""
-        known = {f.name for f in fields(cls)}
-        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        known, required = _columns(cls)
         missing = sorted(required - row.keys())
         if missing:
             raise ValueError(f"a {cls.table} row needs column(s) {', '.join(missing)}; got {', '.join(sorted(row.keys()))}")
@@ -78,6 +77,17 @@ class JobRow:
     def as_dict(self) -> dict[str, Any]:
         """The row as a plain mapping, for hooks and output whose documented shape is a dict."""
         return asdict(self)
+
+
+_COLUMNS: dict[type, tuple[frozenset[str], frozenset[str]]] = {}
+
+
+def _columns(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """A row type's fields and its required ones, read once: `fields()` cost a claimed job more than its task."""
+    if (found := _COLUMNS.get(cls)) is None:
+        found = _COLUMNS[cls] = (frozenset(f.name for f in fields(cls)),
+                                 frozenset(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING))
+    return found
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -90,6 +90,7 @@ class ClaimWorker:
         self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 1.0)) if self.gpu is None and self.settings.idle_baton else None
         self.meter = UsageMeter(vram=self.gpu is not None, sample_seconds=self.settings.gpu_vram_sample_seconds)
         self._usage: Usage | None = None
+        self._claim_cache: tuple[Any, list[jobstore.Statement]] | None = None
         if self.gpu is not None:
             self.beat.gpu_fields = self.gpu.heartbeat_fields
 
@@ -221,8 +222,11 @@ class ClaimWorker:
     def _claim_statements(self) -> list[jobstore.Statement]:
         """The claim, after its queue's prelude if any (node_queue.claim_statements)."""
         claimant = jobstore.Claimant(self.worker_id, self.session.lock_key or 0)
-        if self.gpu is None:
-            return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
+        if self.gpu is None:  # the same until a reconnect draws another key or the engine is reconfigured: built once
+            key = (claimant, config.current())
+            if self._claim_cache is None or self._claim_cache[0] != key:
+                self._claim_cache = key, node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model)
+            return self._claim_cache[1]
         return node_queue.claim_statements(self.table, self.queue, claimant, current_model=self.current_model,
                                            loaded_models=self.gpu.loaded(), vram_available_gb=self.gpu.vram_available_gb(),
                                            gpu_devices=self.gpu.claim_devices())
@@ -316,7 +320,8 @@ class ClaimWorker:
         """
         statements = []
         usage, self._usage = self._usage, None
-        if usage is not None:  # what the job cost, stamped while the row is still running and ours
+        completed = outcome.status == JobStatus.COMPLETED and outcome.gpu_error is None
+        if usage is not None and not completed:  # what the job cost, stamped while the row is still running and ours
             statements.append(usage.statement(self.table, job.id, self.worker_id))
         if outcome.gpu_error == "oom":  # the model needs more than it was placed on (gpu/learn.py)
             statements.extend(learn.raise_need_statements(job, held_bytes=usage.peak_vram_bytes if usage else None,
@@ -331,6 +336,8 @@ class ClaimWorker:
             verdict = retry.decision(job, outcome.exception, self.settings)
             retry_in = verdict.retry_in
             statements.extend(retry.failure_statements(self.table, job, self.worker_id, error=outcome.error or "", verdict=verdict))
+        elif usage is not None and completed:  # the common case: its usage rides in its mark, one row version
+            statements.append(usage.completed_statement(self.table, job.id, self.worker_id, outcome.result))
         else:
             statements.append(jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, worker_id=self.worker_id))
         claim = self._claim_statements() if self._may_claim() else []

@@ -37,6 +37,11 @@ class Usage:
         params: dict[str, Any] = {"job_id": job_id, "worker_id": worker_id, **self.__dict__}
         return _WORKER.sql("record_usage", table), params
 
+    def completed_statement(self, table: JobTable, job_id: int, worker_id: str, result: Any) -> Statement:
+        """The claimant's completion of its running job with this usage stamped in the same row version; no row when no longer ours."""
+        params: dict[str, Any] = {"job_id": job_id, "worker_id": worker_id, "result": result, **self.__dict__}
+        return _WORKER.sql("complete_job", table), params
+
 
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -84,9 +89,10 @@ class UsageMeter:
             self.sampler.start(sample=not getattr(self.vram_probe, "absent", False), probe=probe)
 
     def finish(self, *, load_seconds: float | None = None, hit: bool | None = None) -> Usage:
+        r = resource.getrusage(resource.RUSAGE_SELF)
         return Usage(
-            cpu_seconds=round(_cpu() - self._cpu0, 6),
-            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            cpu_seconds=round(r.ru_utime + r.ru_stime - self._cpu0, 6),
+            peak_rss_bytes=r.ru_maxrss * 1024,
             wall_seconds=round(time.monotonic() - self._t0, 6),
             peak_vram_bytes=self.sampler.stop() if self.vram else None,
             model_load_seconds=load_seconds,

@@ -79,8 +79,20 @@ ON CONFLICT (worker_id) DO UPDATE
 -- name: delete_heartbeat
 DELETE FROM worker_heartbeats WHERE worker_id = %(worker_id)s;
 
+-- name: complete_job
+-- A completed job's terminal mark with what it cost its process folded in: one row version per
+-- completion. Fenced as mark_completed with a worker id: only the claimant's running row matches.
+UPDATE {table}
+   SET status = 'completed', {result_column} = %(result)s, error = NULL, {clear_unassignable}
+       lease_expires_at = NULL, finished_at = now(), updated_at = now(),
+       cpu_seconds = %(cpu_seconds)s, peak_rss_bytes = %(peak_rss_bytes)s, peak_vram_bytes = %(peak_vram_bytes)s,
+       model_load_seconds = %(model_load_seconds)s, model_hit = %(model_hit)s, wall_seconds = %(wall_seconds)s
+ WHERE id = %(job_id)s AND claimed_by = %(worker_id)s AND status = 'running'
+RETURNING *;
+
 -- name: record_usage
--- What the job cost its process (queue_workflows.worker.usage), written just before its terminal mark.
+-- What the job cost its process (queue_workflows.worker.usage), written just before a failure's
+-- retry-or-fail pair or an out-of-memory requeue; a completion folds it in (complete_job).
 UPDATE {table}
    SET cpu_seconds = %(cpu_seconds)s, peak_rss_bytes = %(peak_rss_bytes)s, peak_vram_bytes = %(peak_vram_bytes)s,
        model_load_seconds = %(model_load_seconds)s, model_hit = %(model_hit)s, wall_seconds = %(wall_seconds)s

@@ -80,7 +80,7 @@ class LivenessBeat(threading.Thread):
         self._job_lock = threading.Lock()
         self.fence = CommitFence()
         self._exiting = False  # a trip is writing its outcome: nothing else may act for the worker now
-        self._lease_deadline = float("inf")
+        self._lease_deadline = self._job_since = float("inf")  # _job_since: when the running job's claim went out
         self._next_renew = float("inf")
         self._next_heartbeat = 0.0
         self._next_control_check = 0.0
@@ -110,7 +110,7 @@ class LivenessBeat(threading.Thread):
         with self._job_lock:
             self._job = job = CurrentJob(table, job_id, batch, rows)
             self._returned = False
-            self._lease_deadline = start + self.lease_seconds
+            self._lease_deadline, self._job_since = start + self.lease_seconds, start
             self._next_renew = start + self.renew_seconds
             self.watch.start(job_id, budget_seconds, timeout)
         self.state = "busy"
@@ -203,8 +203,10 @@ class LivenessBeat(threading.Thread):
                 self.backoff.reset()
                 if spoke:
                     continue  # its statements may have taken a NOTIFY into psycopg's backlog: look before sleeping
+                # The session's socket only once the job has run a check interval: its own replies woke the beat dozens of times per short job.
+                running_for = self.now_fn() - self._job_since if self._job is not None else -1.0
                 self.pacer.sleep(max(0.0, self._next_due() - self.now_fn()),
-                                 (self._conn, self.session.current_connection() if self._job is not None else None))
+                                 (self._conn, self.session.current_connection() if running_for >= self.check_seconds else None))
             except Exception as exc:  # noqa: BLE001 - the beat must outlive any error
                 try:
                     self._failed(exc)

@@ -26,6 +26,7 @@ class BeatPacer:
         self.busy_at = float("-inf")  # when a tick last saw a job: a worker between jobs keeps its short beat
         self.long_sleep = False  # the beat sets it before it looks for a job; `due` clears it for a short sleep
         self._poked = WakeEvent()
+        self.sleeps = 0  # the beat's waits so far: they follow its clock and its wake-ups, not the jobs' pace
 
     def due(self, now: float, chores: float, job_due: float | None) -> float:
         """The next tick: `chores` (the next scheduled one) or sooner while a job runs or just ran."""
@@ -42,6 +43,7 @@ class BeatPacer:
 
     def sleep(self, timeout: float, conns: Iterable[db.Conn | None]) -> None:
         """Sleep until `timeout`, a poke, or the server writes to one of `conns`."""
+        self.sleeps += 1
         fds = [self._poked.fileno()]
         for conn in conns:
             if conn is not None and not conn.closed:
