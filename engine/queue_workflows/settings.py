@@ -35,6 +35,16 @@ def _default_host_label() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:63]
 
 
+
+def lease_margin_seconds(lease_seconds: float, renew_seconds: float) -> float:
+    """How long before its lease lapses a worker gives its job up: a quarter of a short lease, at most 2 s,
+    and never more than half the slack between renewals, so a renewal always comes first.
+
+    A loaded host can be late to its own deadline by a good fraction of a second: a tenth of a 3 s
+    lease (0.3 s) was overrun in the failure matrix (docs/failure-matrix.md).
+    """
+    return min(2.0, lease_seconds / 4, (lease_seconds - renew_seconds) / 2)
+
 class Settings(BaseSettings):
     """Immutable runtime settings; build a new one rather than mutating it."""
 

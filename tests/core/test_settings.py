@@ -6,7 +6,7 @@ import pytest
 import queue_workflows
 from queue_workflows import config
 from queue_workflows.errors import ConfigError
-from queue_workflows.settings import load_settings
+from queue_workflows.settings import lease_margin_seconds, load_settings
 
 
 def test_environment_with_qw_prefix_is_read(monkeypatch):
@@ -61,3 +61,10 @@ def test_current_configures_lazily_and_settings_are_immutable(monkeypatch):
     assert settings.host_label == "lazy"
     with pytest.raises(pydantic.ValidationError, match="frozen"):
         settings.host_label = "changed"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("lease", "renew", "margin"), [(3.0, 0.5, 0.75), (1.0, 0.25, 0.25), (30.0, 10.0, 2.0), (12.0, 10.0, 1.0)])
+def test_a_worker_gives_a_short_lease_up_a_quarter_early_a_long_one_2s_early_and_never_before_its_renewal(lease, renew, margin):
+    # A tenth of a 3 s lease (0.3 s) was overrun by a worker on a loaded host in the failure matrix.
+    assert lease_margin_seconds(lease, renew) == margin
+    assert lease - margin > renew

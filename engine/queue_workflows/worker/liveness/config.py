@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queue_workflows.errors import ConfigError
+from queue_workflows.settings import lease_margin_seconds
 from queue_workflows.worker.exits import exit_now
 
 _SECONDS = ("lease_seconds", "renew_seconds", "heartbeat_seconds", "check_seconds", "memory_check_seconds")
@@ -48,7 +49,7 @@ class BeatConfig:
     @property
     def lease_margin(self) -> float:
         """Give up on a lease this long before it would lapse, so nobody else can hold it yet."""
-        return min(2.0, self.lease_seconds / 10)
+        return lease_margin_seconds(self.lease_seconds, self.renew_seconds)
 
     @classmethod
     def from_settings(cls, settings: Any, *, worker_id: str, queue: str) -> BeatConfig:
