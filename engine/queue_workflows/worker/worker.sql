@@ -29,7 +29,8 @@ UPDATE {table} AS j
           FROM fair_tenants AS f CROSS JOIN LATERAL ({bands}) AS fb CROSS JOIN LATERAL (
                SELECT c.id
                  FROM {table} AS c
-                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority AND c.id >= fb.floor {routing}
+                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority
+                  AND (c.queue, c.tenant, c.priority, c.id) >= (%(queue)s, f.tenant, fb.priority, fb.floor) {routing}
                   AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
                        OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
                                  qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))
