@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retained", type=int, default=None, help="terminal rows retained (default 10,000,000; 1,000,000 with --quick)")
     parser.add_argument("--pinned", type=float, default=None, help="seconds the horizon stays pinned (default 600; 60 with --quick)")
     parser.add_argument("--sample", type=float, default=None, help="seconds per pinned sample (default 30; 10 with --quick)")
-    parser.add_argument("--phase", type=float, default=None, help="seconds of the empty and loaded phases (default 30; 8 with --quick)")
+    parser.add_argument("--phase", type=float, default=None, help="seconds of the empty and loaded phases (default 30; 5 with --quick)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--churn", help=argparse_hidden())
     args = parser.parse_args(argv)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     retained = args.retained if args.retained is not None else (1_000_000 if args.quick else 10_000_000)
     pinned = args.pinned or (60.0 if args.quick else 600.0)
     sample = args.sample or (10.0 if args.quick else 30.0)
-    phase = args.phase or (8.0 if args.quick else 30.0)
+    phase = args.phase or (5.0 if args.quick else 30.0)
     rows: list[list[str]] = []
     with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
         common.banner(f"bloat: claim p50/p99, {args.workers} workers churning; empty, {queued:,} queued + {retained:,} retained, "
