@@ -34,8 +34,10 @@ queued_tenants AS (
 -- band. A band this session has a floor for (qw_claim_floors, migration 0052) is probed from it, so
 -- the versions claimed before it, which a pinned horizon keeps in the index, are jumped, not walked;
 -- with nothing above its floor it is probed whole. The walk between such bands probes only the gaps.
--- A floor is a row comparison in the claim index's column order: only that index can start at it (as
--- `id >=` alone, the planner may take the primary key and walk every finished row from the floor up).
+-- Only the claim index may serve a floor: as `id >=` alone the planner may take the primary key and
+-- walk every row above the floor, of every queue. So the band's head is probed between two row
+-- comparisons in that index's order (with equalities on its leading columns, the btree would start at
+-- the band's head and walk the index up to the floor), and the claim probe adds one to its `id >=`.
 WITH RECURSIVE known AS MATERIALIZED (
      SELECT k.priority, k.floor FROM qw_claim_floors({table_name}, %(queue)s, f.tenant) AS k
 ), bands AS (
@@ -52,10 +54,10 @@ WITH RECURSIVE known AS MATERIALIZED (
                            ORDER BY b.priority, b.id LIMIT 1) AS g ON true
        LEFT JOIN LATERAL (SELECT x.priority, x.created_at, x.floor
                             FROM ((SELECT b.priority, b.created_at, nk.floor FROM {table} AS b
-                                    WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant
-                                      AND b.priority = nk.priority AND g.priority IS NULL
+                                    WHERE b.status = 'queued' AND g.priority IS NULL
                                       AND (b.queue, b.tenant, b.priority, b.id) >= (%(queue)s, f.tenant, nk.priority, nk.floor)
-                                    ORDER BY b.id LIMIT 1)
+                                      AND (b.queue, b.tenant, b.priority) <= (%(queue)s, f.tenant, nk.priority)
+                                    ORDER BY b.queue, b.tenant, b.priority, b.id LIMIT 1)
                                   UNION ALL
                                   (SELECT b.priority, b.created_at, 0::bigint FROM {table} AS b
                                     WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant
