@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0051 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0052 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -70,6 +70,38 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$$;
+
+CREATE FUNCTION public.qw_claim_floor_note(p_table text, p_queue text, p_tenant text, p_priority integer, p_id bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g jsonb := nullif(current_setting('qw.claim_floors', true), '')::jsonb;
+    seq bigint := (SELECT s.last_value FROM qw_requeue_seq AS s);
+    k text := p_table || chr(31) || p_queue || chr(31) || p_tenant || chr(31) || p_priority;
+BEGIN
+    IF EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = p_queue) THEN
+        RETURN true;
+    END IF;
+    IF g IS NULL OR (g ->> 's')::bigint IS DISTINCT FROM seq OR (g ->> 't')::double precision <= extract(epoch FROM now()) - 5
+       OR (SELECT count(*) FROM jsonb_object_keys(g -> 'f')) >= 256 THEN
+        g := jsonb_build_object('s', seq, 't', extract(epoch FROM now()), 'f', '{}'::jsonb);
+    END IF;
+    g := jsonb_set(g, ARRAY['f', k], to_jsonb(greatest(p_id, coalesce((g -> 'f' ->> k)::bigint, 0))));
+    PERFORM set_config('qw.claim_floors', g::text, false);
+    RETURN true;
+END $$;
+
+CREATE FUNCTION public.qw_claim_floors(p_table text, p_queue text, p_tenant text) RETURNS TABLE(priority integer, floor bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT substr(e.key, length(p.prefix) + 1)::integer, e.value::bigint
+      FROM (SELECT nullif(current_setting('qw.claim_floors', true), '')::jsonb AS g,
+                   p_table || chr(31) || p_queue || chr(31) || p_tenant || chr(31) AS prefix) AS p
+     CROSS JOIN LATERAL jsonb_each_text(p.g -> 'f') AS e
+     WHERE (p.g ->> 's')::bigint = (SELECT s.last_value FROM qw_requeue_seq AS s)
+       AND (p.g ->> 't')::double precision > extract(epoch FROM now()) - 5
+       AND left(e.key, length(p.prefix)) = p.prefix
 $$;
 
 CREATE FUNCTION public.qw_deliver_event() RETURNS trigger
@@ -259,7 +291,8 @@ CREATE TABLE public.ingest_jobs (
     CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT ingest_jobs_tenant_check CHECK ((tenant <> ''::text))
-);
+)
+WITH (fillfactor='90', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='10000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='100000', autovacuum_analyze_scale_factor='0', autovacuum_analyze_threshold='20000', autovacuum_vacuum_cost_delay='0');
 
 CREATE FUNCTION public.qw_flow_held(j public.ingest_jobs, p_tasks text[]) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -325,7 +358,8 @@ CREATE TABLE public.workflow_node_jobs (
     CONSTRAINT workflow_node_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'awaiting_input'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text]))),
     CONSTRAINT workflow_node_jobs_tenant_check CHECK ((tenant <> ''::text)),
     CONSTRAINT workflow_node_jobs_vram_gb_range CHECK (((vram_gb >= (0)::double precision) AND (vram_gb <= (100000)::double precision)))
-);
+)
+WITH (fillfactor='90', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='10000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='100000', autovacuum_analyze_scale_factor='0', autovacuum_analyze_threshold='20000', autovacuum_vacuum_cost_delay='0');
 
 CREATE FUNCTION public.qw_flow_held(j public.workflow_node_jobs, p_tasks text[]) RETURNS text
     LANGUAGE sql IMMUTABLE
@@ -548,6 +582,14 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.qw_requeue_bump() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM nextval('qw_requeue_seq');
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION public.qw_schedule_future_job() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -726,7 +768,8 @@ CREATE TABLE public.qw_leadership (
     backend_pid integer,
     backend_start timestamp with time zone,
     CONSTRAINT qw_leadership_id_check CHECK ((id = 1))
-);
+)
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
 
 CREATE TABLE public.qw_orchestrators (
     orchestrator_id text NOT NULL,
@@ -738,7 +781,15 @@ CREATE TABLE public.qw_orchestrators (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     beat_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT qw_orchestrators_role_check CHECK ((role = ANY (ARRAY['leader'::text, 'standby'::text])))
-);
+)
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
+
+CREATE SEQUENCE public.qw_requeue_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
 
 CREATE TABLE public.qw_wake_every_enqueue (
     queue text NOT NULL,
@@ -780,7 +831,7 @@ CREATE TABLE public.tenant_shares (
     active boolean DEFAULT true NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 )
-WITH (fillfactor='50');
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
 
 CREATE TABLE public.tenant_weights (
     tenant text NOT NULL,
@@ -820,7 +871,8 @@ CREATE TABLE public.worker_heartbeats (
     vram_free_gb double precision,
     gpu_devices jsonb,
     CONSTRAINT worker_heartbeats_state_check CHECK ((state = ANY (ARRAY['idle'::text, 'busy'::text, 'stopping'::text, 'parked'::text, 'throttled'::text])))
-);
+)
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
 
 CREATE SEQUENCE public.worker_lock_key_seq
     AS integer
@@ -1145,6 +1197,8 @@ CREATE TRIGGER ingest_jobs_ready_on_requeue AFTER UPDATE OF status ON public.ing
 
 CREATE TRIGGER ingest_jobs_record_event AFTER UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (NOT ((old.status = 'queued'::text) AND (new.status = 'running'::text))) AND (NOT ((old.status = 'running'::text) AND (new.status = 'completed'::text))) AND (NOT ((old.status = 'scheduled'::text) AND (new.status = 'queued'::text))))) EXECUTE FUNCTION public.qw_record_job_event();
 
+CREATE CONSTRAINT TRIGGER ingest_jobs_requeue_bump AFTER UPDATE OF status ON public.ingest_jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.qw_requeue_bump();
+
 CREATE TRIGGER ingest_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.ingest_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (old.claimed_by IS NOT NULL) AND (new.status <> 'completed'::text) AND ((new.status <> 'running'::text) OR (new.claimed_by IS DISTINCT FROM old.claimed_by)))) EXECUTE FUNCTION public.qw_notify_job_revoked();
 
 CREATE TRIGGER ingest_jobs_schedule_future BEFORE INSERT ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.run_after > now()))) EXECUTE FUNCTION public.qw_schedule_future_job();
@@ -1184,6 +1238,8 @@ CREATE TRIGGER workflow_node_jobs_ready_on_requeue AFTER UPDATE OF status ON pub
 CREATE TRIGGER workflow_node_jobs_record_event AFTER UPDATE OF status ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (NOT ((old.status = 'queued'::text) AND (new.status = 'running'::text))) AND (NOT ((old.status = 'running'::text) AND (new.status = 'completed'::text))) AND (NOT ((old.status = 'scheduled'::text) AND (new.status = 'queued'::text))))) EXECUTE FUNCTION public.qw_record_job_event();
 
 CREATE TRIGGER workflow_node_jobs_record_marker AFTER INSERT ON public.workflow_node_jobs FOR EACH ROW WHEN ((new.status = ANY (ARRAY['skipped'::text, 'cancelled'::text]))) EXECUTE FUNCTION public.qw_record_job_event();
+
+CREATE CONSTRAINT TRIGGER workflow_node_jobs_requeue_bump AFTER UPDATE OF status ON public.workflow_node_jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.qw_requeue_bump();
 
 CREATE TRIGGER workflow_node_jobs_revoked AFTER UPDATE OF status, claimed_by ON public.workflow_node_jobs FOR EACH ROW WHEN (((old.status = 'running'::text) AND (old.claimed_by IS NOT NULL) AND (new.status <> 'completed'::text) AND ((new.status <> 'running'::text) OR (new.claimed_by IS DISTINCT FROM old.claimed_by)))) EXECUTE FUNCTION public.qw_notify_job_revoked();
 
@@ -1314,6 +1370,11 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_orchestrators TO qw_orchest
 GRANT SELECT ON TABLE public.qw_orchestrators TO qw_scheduler;
 GRANT SELECT ON TABLE public.qw_orchestrators TO qw_dashboard;
 GRANT SELECT ON TABLE public.qw_orchestrators TO qw_metrics;
+
+GRANT ALL ON SEQUENCE public.qw_requeue_seq TO qw_worker;
+GRANT SELECT,USAGE ON SEQUENCE public.qw_requeue_seq TO qw_orchestrator;
+GRANT SELECT,USAGE ON SEQUENCE public.qw_requeue_seq TO qw_dashboard;
+GRANT SELECT,USAGE ON SEQUENCE public.qw_requeue_seq TO qw_scheduler;
 
 GRANT SELECT,INSERT ON TABLE public.qw_wake_every_enqueue TO qw_worker;
 GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_metrics;

@@ -43,12 +43,17 @@ BAND_ORDER = {
 }
 
 
+# A one-job claim's row becomes its band's floor in the session (fair_bands); a routed gpu claim keeps none.
+NOTE_FLOOR = "qw_claim_floor_note({table_name}, claimed.queue, claimed.tenant, claimed.priority, claimed.id)"
+
+
 @cache
 def fair_fragments(table: JobTable, claim_order: str) -> dict[str, sql.Composable]:
     """`{fair}`, `{bands}` and `{charge}` of a claim on `table`: its tenant order, a tenant's bands, its charge (fair/fair.sql)."""
     return {
         "fair": sql.SQL(_FAIR["fair_order"]).format(table=sql.Identifier(table)),
-        "bands": sql.SQL(_FAIR["fair_bands"]).format(table=sql.Identifier(table), band_order=BAND_ORDER[claim_order]),
+        "bands": sql.SQL(_FAIR["fair_bands"]).format(table=sql.Identifier(table), table_name=sql.Literal(table),
+                                                     band_order=BAND_ORDER[claim_order]),
         "charge": sql.SQL(_FAIR["fair_charge"]),
     }
 
@@ -68,7 +73,8 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
         routing = sql.SQL(_GPU["gpu_routing"])
         reserve = sql.SQL(_GPU["gpu_reserve"] + "\n")
     order.append(CREATED_ORDER)
+    note = sql.SQL("true") if with_affinity else sql.SQL(NOTE_FLOOR).format(table_name=sql.Literal(table))
     return sql.SQL(_WORKER["claim_job"]).format(
-        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing, reserve=reserve,
+        plan=plan, table=sql.Identifier(table), order_by=sql.SQL(", ").join(order), routing=routing, reserve=reserve, note=note,
         clear_unassignable=sqlfile.clear_unassignable(table), **fair_fragments(table, claim_order),
     )

@@ -30,19 +30,43 @@ queued_tenants AS (
 -- A LATERAL subquery of the claim: tenant `f.tenant`'s priority bands with queued work, in the
 -- order the claim tries them: priority aged by one level per %(aging_seconds)s its band's oldest
 -- job has waited. A probe per band on the claim index (queue, tenant, priority, id), never a read
--- of the backlog; a tenant with one band costs two probes.
-WITH RECURSIVE bands AS (
-     (SELECT b.priority, b.created_at FROM {table} AS b
-       WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant
-       ORDER BY b.priority, b.id LIMIT 1)
+-- of the backlog; a tenant with one band costs two probes. `floor`: where the claim starts in the
+-- band. A band this session has a floor for (qw_claim_floors, migration 0052) is probed from it, so
+-- the versions claimed before it, which a pinned horizon keeps in the index, are jumped, not walked;
+-- with nothing above its floor it is probed whole. The walk between such bands probes only the gaps.
+-- Only the claim index may serve a floor: as `id >=` alone the planner may take the primary key and
+-- walk every row above the floor, of every queue. So the band's head is probed between two row
+-- comparisons in that index's order (with equalities on its leading columns, the btree would start at
+-- the band's head and walk the index up to the floor), and the claim probe adds one to its `id >=`.
+WITH RECURSIVE known AS MATERIALIZED (
+     SELECT k.priority, k.floor FROM qw_claim_floors({table_name}, %(queue)s, f.tenant) AS k
+), bands AS (
+     SELECT (-2147483649)::bigint AS pos, NULL::integer AS priority, NULL::timestamptz AS created_at, 0::bigint AS floor
      UNION ALL
-     SELECT nx.priority, nx.created_at
-       FROM bands AS p,
-            LATERAL (SELECT b.priority, b.created_at FROM {table} AS b
-                      WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant AND b.priority > p.priority
-                      ORDER BY b.priority, b.id LIMIT 1) AS nx
+     SELECT coalesce(g.priority, nk.priority)::bigint, coalesce(g.priority, kh.priority), coalesce(g.created_at, kh.created_at),
+            coalesce(kh.floor, 0)
+       FROM bands AS p
+       LEFT JOIN LATERAL (SELECT kn.priority, kn.floor FROM known AS kn WHERE kn.priority > p.pos
+                           ORDER BY kn.priority LIMIT 1) AS nk ON true
+       LEFT JOIN LATERAL (SELECT b.priority, b.created_at FROM {table} AS b
+                           WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant
+                             AND b.priority > p.pos AND b.priority < coalesce(nk.priority, 2147483648::bigint)
+                           ORDER BY b.priority, b.id LIMIT 1) AS g ON true
+       LEFT JOIN LATERAL (SELECT x.priority, x.created_at, x.floor
+                            FROM ((SELECT b.priority, b.created_at, nk.floor FROM {table} AS b
+                                    WHERE b.status = 'queued' AND g.priority IS NULL
+                                      AND (b.queue, b.tenant, b.priority, b.id) >= (%(queue)s, f.tenant, nk.priority, nk.floor)
+                                      AND (b.queue, b.tenant, b.priority) <= (%(queue)s, f.tenant, nk.priority)
+                                    ORDER BY b.queue, b.tenant, b.priority, b.id LIMIT 1)
+                                  UNION ALL
+                                  (SELECT b.priority, b.created_at, 0::bigint FROM {table} AS b
+                                    WHERE b.queue = %(queue)s AND b.status = 'queued' AND b.tenant = f.tenant
+                                      AND b.priority = nk.priority AND g.priority IS NULL
+                                    ORDER BY b.id LIMIT 1)) AS x
+                           LIMIT 1) AS kh ON true
+      WHERE g.priority IS NOT NULL OR nk.priority IS NOT NULL
 )
-SELECT bd.priority FROM bands AS bd ORDER BY {band_order}
+SELECT bd.priority, bd.floor FROM bands AS bd WHERE bd.priority IS NOT NULL ORDER BY {band_order}
 
 -- name: fair_charge
 -- The CTE a claim ends with: each claimed row's tenant is charged one job over its weight, only

@@ -12,6 +12,8 @@
 -- the queue's full keys (qw_flow_blocked, computed once per claim) and the trigger qw_flow_admit
 -- has the last word. {clear_unassignable}: sqlfile.clear_unassignable (empty for ingest_jobs);
 -- {reserve}: a routed gpu claim's VRAM reservation (gpu/claim.sql, gpu_reserve), else empty.
+-- {note}: the claimed row becomes its band's floor in this session (fair_bands), except on a routed
+-- gpu claim, which passes over rows that other workers (or this one, with other models) may take.
 WITH RECURSIVE {plan}{fair}, claimed AS (
 UPDATE {table} AS j
    SET status = 'running', {clear_unassignable} {reserve}
@@ -27,7 +29,8 @@ UPDATE {table} AS j
           FROM fair_tenants AS f CROSS JOIN LATERAL ({bands}) AS fb CROSS JOIN LATERAL (
                SELECT c.id
                  FROM {table} AS c
-                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority {routing}
+                WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority
+                  AND c.id >= fb.floor AND (c.queue, c.tenant, c.priority, c.id) >= (%(queue)s, f.tenant, fb.priority, fb.floor) {routing}
                   AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
                        OR NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
                                  qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s)))
@@ -37,7 +40,7 @@ UPDATE {table} AS j
          LIMIT 1)
 RETURNING j.*
 ), {charge}
-SELECT * FROM claimed;
+SELECT * FROM claimed WHERE {note};
 
 -- name: next_worker_lock_key
 SELECT nextval('worker_lock_key_seq')::integer AS lock_key;

@@ -28,6 +28,7 @@ WITH RECURSIVE {fair}, peers AS (
            SELECT c.id
              FROM {table} AS c
             WHERE c.status = 'queued' AND c.queue = %(queue)s AND c.tenant = f.tenant AND c.priority = fb.priority
+                  AND c.id >= fb.floor AND (c.queue, c.tenant, c.priority, c.id) >= (%(queue)s, f.tenant, fb.priority, fb.floor)
               AND ((SELECT NOT EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = %(queue)s))
                    OR (NOT ARRAY[qw_flow_tag(c, (SELECT qw_flow_path(%(queue)s)), (SELECT qw_flow_tasks(%(queue)s))),
                                  qw_flow_held(c, (SELECT qw_flow_tasks(%(queue)s)))] && (SELECT qw_flow_blocked(%(queue)s))
