@@ -24,7 +24,7 @@ def newest(pattern: str, results: Path = RESULTS) -> Path | None:
     return found[-1] if found else None
 
 
-def load(path: Path) -> dict[str, Any]:
+def load_results(path: Path) -> dict[str, Any]:
     """A results file, its rows checked against the schema: a row with a key missing or extra is refused, naming it."""
     doc = json.loads(path.read_text())
     for row in doc["rows"]:
@@ -147,7 +147,7 @@ def render_committed(results: Path = RESULTS) -> str:
     if local_path is None:
         raise FileNotFoundError(f"no {LOCAL} in {results}: run python benchmarks/failures.py first")
     ha_path = newest(HA, results)
-    return render(load(local_path), local_path.name, load(ha_path) if ha_path else None, ha_path.name if ha_path else None)
+    return render(load_results(local_path), local_path.name, load_results(ha_path) if ha_path else None, ha_path.name if ha_path else None)
 
 
 def write(doc: Path = DOC) -> Path:

@@ -28,7 +28,7 @@ def test_the_page_is_what_the_committed_results_render_to(renderer):
 
 
 def test_the_committed_local_results_cover_every_fault_with_full_trials(renderer):
-    local = renderer.load(renderer.newest(renderer.LOCAL))
+    local = renderer.load_results(renderer.newest(renderer.LOCAL))
     faults = {row["fault"] for row in local["rows"]}
     from failure_faults import FAULTS
 
