@@ -1,5 +1,5 @@
 """The real stack, end to end: work from the host completes, a killed worker's job finishes on
-another, OFF parks a worker, the CUDA gpu-worker image runs the demo's gpu node (CPU fallback),
+another, a frozen (paused) worker container loses its job and stops itself on thaw, OFF parks a worker, the CUDA gpu-worker image runs the demo's gpu node (CPU fallback),
 hw_metrics arrives with the stack's containers, the dashboard serves the cluster, and a Postgres
 restart under load loses no job. test_stack_operations.py goes on with the same stack, and takes
 it down."""
@@ -89,6 +89,31 @@ def test_a_killed_worker_container_loses_its_job_to_another(stack):
                      timeout=90, interval=0.5, what="the job to finish elsewhere")
     assert row["status"] == "completed" and row["claimed_by"] != first
 
+
+
+def test_a_frozen_worker_container_loses_its_job_and_stops_itself_on_thaw(stack):
+    # `docker pause` freezes every process of the "host" while its sockets, and so its session's
+    # advisory lock, stay up: only the lease (QW_LEASE_SECONDS, 30 s here) frees the job.
+    url = _use(stack)
+    stack.compose("up", "-d", "--no-recreate", "--scale", "ingest-worker-2=2", "ingest-worker-2")
+    wait_until(lambda: len(_rows(url, "SELECT 1 FROM worker_heartbeats WHERE queue = 'load' AND last_seen > now() - interval '25 seconds'")) >= 2,
+               timeout=90, what="two live load workers")
+    job = node_queue.enqueue_ingest_job("demo.load_rows", "load", {"rows": list(range(1500))})["id"]  # ~15 s of work
+    first = wait_until(lambda: _rows(url, "SELECT claimed_by FROM ingest_jobs WHERE id = %s AND status = 'running'", (job,)),
+                       timeout=30, what="the slow job to start")[0]["claimed_by"]
+    frozen = _worker_container(stack, "ingest-worker-2", first)
+    subprocess.run(["docker", "pause", frozen], check=True, capture_output=True, timeout=30)
+    try:
+        row = wait_until(lambda: (r := _rows(url, "SELECT status, claimed_by, attempts FROM ingest_jobs WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
+                         timeout=150, interval=0.5, what="the frozen host's job to finish elsewhere")
+    finally:
+        subprocess.run(["docker", "unpause", frozen], capture_output=True, timeout=30)
+    assert row["status"] == "completed" and row["claimed_by"] != first and row["attempts"] == 2, row
+    said = wait_until(lambda: (out := subprocess.run(["docker", "logs", frozen], capture_output=True, text=True, timeout=30)).returncode == 0
+                      and "exiting with code 77" in out.stdout + out.stderr and out.stdout + out.stderr,
+                      timeout=60, interval=0.5, what="the thawed worker to stop itself (exit 77)")
+    assert f"job {job}: no longer ours" in said
+    assert _rows(url, "SELECT status, claimed_by FROM ingest_jobs WHERE id = %s", (job,))[0] == {"status": "completed", "claimed_by": row["claimed_by"]}
 
 def test_off_from_inside_a_container_parks_the_worker(stack):
     url = _use(stack)

@@ -46,10 +46,12 @@ def test_a_claim_never_walks_past_delayed_jobs(database_url, conn):
 
     statement, params = node_queue.claim_statement("ingest_jobs", "fetch", Claimant("w", 1))
     explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + statement
-    with conn.transaction(force_rollback=True):  # EXPLAIN ANALYZE really claims: undo it
-        [plan] = conn.execute(explain, params).fetchone()["QUERY PLAN"]
+    for _ in range(2):  # the second look: the first also compiles the claim's plpgsql helpers, reading the catalogs
+        with conn.transaction(force_rollback=True):  # EXPLAIN ANALYZE really claims: undo it
+            [plan] = conn.execute(explain, params).fetchone()["QUERY PLAN"]
     nodes = _plan_nodes(plan["Plan"])
-    removed = sum(n.get("Rows Removed by Filter", 0) for n in nodes)
+    # Job rows only: the band search's own CTE drops its terminating NULL row, which is no job read.
+    removed = sum(n.get("Rows Removed by Filter", 0) for n in nodes if n.get("Relation Name") == "ingest_jobs")
     buffers = plan["Plan"].get("Shared Hit Blocks", 0) + plan["Plan"].get("Shared Read Blocks", 0)
     assert removed == 0, f"the claim filtered {removed} rows it should never have read"
     assert buffers < 50, f"the claim touched {buffers} buffers"

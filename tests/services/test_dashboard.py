@@ -7,6 +7,9 @@ test_dashboard_live.py, and the page in a real browser in test_dashboard_browser
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -281,3 +284,32 @@ def test_the_run_page_shows_a_maps_progress_not_its_items(client: TestClient, da
         page = client.get(path).text
         assert '<span class="map-progress" data-map="m"' in page and ">1/0/0 of 3</span>" in page, page
         assert page.count("<g class=\"node") == 1 and "m[0]" not in page
+
+
+
+def test_a_hub_task_that_ignores_its_cancel_cannot_hold_the_shutdown(monkeypatch):
+    # A hub task that never ended once held a TestClient's exit (the server's shutdown) for 120 s.
+    from qw_services.dashboard import live
+
+    monkeypatch.setattr(live, "STOP_SECONDS", 0.3)
+
+    async def scenario() -> float:
+        hub = live.Hub("dbname=unused", dict)
+        release = asyncio.Event()
+
+        async def stubborn() -> None:
+            while not release.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await release.wait()
+
+        hub._tasks = [asyncio.create_task(stubborn())]
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(hub.stop(), timeout=3.0)
+            return time.monotonic() - started
+        finally:
+            release.set()
+            await asyncio.gather(*hub._tasks, return_exceptions=True)
+
+    assert asyncio.run(scenario()) < 2.0

@@ -40,6 +40,9 @@ def sse(event: str, data: str) -> str:
     return f"event: {event}\n{lines}\n"
 
 
+STOP_SECONDS = 5.0
+"""How long a shutdown waits for the listener and refresher to end once cancelled."""
+
 class Hub:
     """Holds the LISTEN connection, the latest host snapshots and the subscribed pages' queues."""
 
@@ -70,9 +73,10 @@ class Hub:
             q.put_nowait(None)
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:  # bounded: a task stuck in a connect or a worker thread must not hold the server's shutdown
+            _, pending = await asyncio.wait(self._tasks, timeout=STOP_SECONDS)
+            if pending:
+                log.warning("dashboard: %d live task(s) did not stop within %gs; shutting down without them", len(pending), STOP_SECONDS)
 
     def _broadcast(self, message: str) -> None:
         for q in list(self.clients):
