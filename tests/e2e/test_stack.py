@@ -144,7 +144,10 @@ def test_the_cuda_gpu_worker_image_runs_the_demo_gpu_node_in_cpu_fallback(stack)
         timeout=180, interval=1, what="the demo's gpu nodes on the CUDA image")
     assert all(":gpu:" in r["claimed_by"] and r["claimed_by"].startswith("e2e:") for r in embeds), embeds
     assert sum(1 for r in embeds if r["model_hit"] is False) == 1, embeds  # loaded once, then warm
-    runs = _rows(owner, "SELECT status, count(*) AS n FROM workflow_runs GROUP BY status")
+    # A run finishes after its embed node: its later nodes still run when the last embed completes.
+    runs = wait_until(lambda: (r := _rows(owner, "SELECT status, count(*) AS n FROM workflow_runs GROUP BY status"))
+                      and all(x["status"] in ("completed", "failed", "cancelled") for x in r) and r,
+                      timeout=60, interval=0.5, what="every demo run to end")
     assert [r["status"] for r in runs] == ["completed"], runs
     wait_until(lambda: stack.states()["gpu-worker-cuda"] == [("running", "healthy")], timeout=120, interval=2,
                what="the gpu worker's HEALTHCHECK")
