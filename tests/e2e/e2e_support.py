@@ -7,10 +7,12 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from procs import wait_until
 from psycopg.rows import dict_row
 
 import queue_workflows
@@ -62,3 +64,10 @@ def use(stack: Any, role: str = "worker") -> str:
     for name in ("fetch_page", "load_rows"):  # each test starts with no task registered
         queue_workflows.register_ingest_task(f"demo.{name}", getattr(qw_demo, name))
     return url
+
+
+T = TypeVar("T")
+
+def poll(what: str, check: Callable[[], T], timeout: float, every: float = 0.2) -> T:
+    """`procs.wait_until` with the reason first, as the HA and pooler stacks' tests call it."""
+    return wait_until(check, timeout=timeout, interval=every, what=what)

@@ -30,16 +30,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def poll(what: str, check: Any, timeout: float, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout:g}s: {what}")
-
-
 class HaStack:
     def __init__(self, secrets: Path, probe_dir: Path, schedule_scale: int) -> None:
         self.project = f"{os.environ.get('QW_E2E_PROJECT_PREFIX', 'qwe2e')}ha{uuid.uuid4().hex[:6]}"

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from e2e_support import ROOT, engine_problem, rows, rows_or_none
+from e2e_support import ROOT, engine_problem, poll, rows, rows_or_none
 from operator_docs import Block, Host, clean_env, copy_of_the_repository, section_blocks, shell_blocks
 
 import queue_workflows
@@ -260,11 +260,3 @@ def pgbouncer_address(head: PoolerHead) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def poll(what: str, check, timeout: float, every: float = 0.2):  # noqa: ANN001, ANN201 - a local helper, as in test_ha_failover.py
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout:g}s: {what}")
