@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from e2e_support import ROOT, engine_problem, rows, rows_or_none, write_secrets
+from e2e_support import ROOT, engine_problem, poll, rows, rows_or_none, write_secrets
 from ha_matrix import Outcome, Trial, executions, tally, write
-from ha_support import NODES, HaStack, Load, build_ha_images, commit_latency, poll
+from ha_support import NODES, HaStack, Load, build_ha_images, commit_latency
 
 import queue_workflows
 from queue_workflows import node_queue
