@@ -220,7 +220,7 @@ def test_the_monitoring_profiles_publish_on_loopback_and_run_hardened(tmp_path):
     services = render("head,cpu,monitoring,grafana")
     for name, port in (("prometheus", 9090), ("grafana", 3000)):
         svc = services[name]
-        assert [(p["host_ip"], p["target"]) for p in svc["ports"]] == [("127.0.0.1", port)], svc["ports"]
+        assert [(p.get("host_ip"), p["target"]) for p in svc["ports"]] == [("127.0.0.1", port)], svc["ports"]
         assert svc["cap_drop"] == ["ALL"] and svc["read_only"] is True and svc["security_opt"] == ["no-new-privileges:true"]
     assert services["prometheus"]["user"] == "65534:65534" and "grafana" not in render("head,cpu,monitoring")
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
