@@ -153,7 +153,7 @@ def child_env(database_url: str | None = None, **extra: str) -> dict[str, str]:
 
 
 def qw_env(database_url: str, **extra: str) -> dict[str, str]:
-    base = dict(QW_APP="bench_app", QW_INGEST_QUEUES="fetch", QW_LOG_LEVEL="WARNING")
+    base = dict(QW_APP="bench_app", QW_INGEST_QUEUES="fetch", QW_LOG_LEVEL="WARNING", QW_ORCHESTRATOR_METRICS_PORT="0")
     base.update(extra)
     return child_env(database_url, **base)
 
