@@ -45,16 +45,15 @@ class Histogram:
         self.total = 0.0
 
     def observe(self, value: float) -> None:
-        self.add(self.bound_of(value), 1, value)
+        self.add(self.index_of(value), 1, value)
 
-    def bound_of(self, value: float) -> float | None:
-        """The smallest bound at or above `value` (Prometheus's `le`); None: above them all."""
-        i = bisect.bisect_left(self.bounds, value)
-        return self.bounds[i] if i < len(self.bounds) else None
+    def index_of(self, value: float) -> int:
+        """How many bounds lie below `value`: the index of its bucket, the smallest bound at or above it (Prometheus's `le`)."""
+        return bisect.bisect_left(self.bounds, value)
 
-    def add(self, le: float | None, n: int, total: float) -> None:
-        """`n` observations in the bucket `le` (None: +Inf) that sum to `total`."""
-        self.counts[len(self.bounds) if le is None else self.bounds.index(le)] += n
+    def add(self, index: int, n: int, total: float) -> None:
+        """`n` observations in bucket `index` (len(bounds): +Inf) that sum to `total`."""
+        self.counts[min(max(index, 0), len(self.bounds))] += n
         self.total += total
 
     def cumulative(self) -> list[tuple[str, float]]:
@@ -183,9 +182,11 @@ class ClusterMetrics:
 
     def _sample_cluster(self, conn: db.Conn, office: Office, db_now: float) -> Sample:
         jobs: dict[tuple[str, str], int] = {}
+        oldest: dict[str, float] = {}
         for r in conn.execute(_Q["cluster_queue_depth"]):
             jobs[(r["queue"], r["status"])] = jobs.get((r["queue"], r["status"]), 0) + int(r["n"])
-        oldest = {r["queue"]: max(0.0, float(r["oldest_s"])) for r in conn.execute(_Q["cluster_oldest_queued"])}
+            if r["oldest_s"] is not None:
+                oldest[r["queue"]] = max(oldest.get(r["queue"], 0.0), float(r["oldest_s"]))
         workers: dict[tuple[str, str, str], int] = {}
         for r in conn.execute(_Q["cluster_workers"], {"stale_after_seconds": self.stale_after_seconds}):
             key = (r["host_label"], r["queue"], r["state"])
@@ -264,14 +265,10 @@ def add_finished(office: Office, rows: list[dict]) -> None:
         queue, task, n = r["queue"], office.folder(r["task"]), int(r["n"])
         counter = office.completed if r["status"] == "completed" else office.failed
         counter[task] = counter.get(task, 0) + n
-        timed = int(r["timed"])
+        timed = int(r["timed"])  # jobs that never started (NULL durations) are in no histogram
         if timed:
-            office.wait.setdefault(queue, Histogram()).add(_bound(r["wait_le"]), timed, float(r["wait_sum"]))
-            office.run.setdefault(queue, Histogram()).add(_bound(r["run_le"]), timed, float(r["run_sum"]))
-
-
-def _bound(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+            office.wait.setdefault(queue, Histogram()).add(int(r["wait_i"] or 0), timed, float(r["wait_sum"]))
+            office.run.setdefault(queue, Histogram()).add(int(r["run_i"] or 0), timed, float(r["run_sum"]))
 
 
 def render(

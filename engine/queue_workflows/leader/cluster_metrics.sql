@@ -11,34 +11,31 @@ SELECT coalesce((SELECT epoch FROM qw_leadership WHERE id = 1), 0) AS epoch,
        extract(epoch FROM now())::float AS db_now;
 
 -- name: cluster_queue_depth
--- One arm per live status and table, so each reads its partial index (waiting: migration 0055).
-SELECT queue, 'queued' AS status, count(*) AS n FROM ingest_jobs WHERE status = 'queued' GROUP BY queue
+-- One arm per live status and table, so each reads its own partial index (waiting: migration 0055).
+-- The queued arms also give how long the oldest claimable job has waited: since it was enqueued,
+-- or since its run_after (a delay, a retry's backoff) if that came later; one pass for both.
+SELECT queue, 'queued' AS status, count(*) AS n,
+       max(extract(epoch FROM now() - greatest(created_at, run_after))) FILTER (WHERE run_after <= now())::float AS oldest_s
+  FROM ingest_jobs WHERE status = 'queued' GROUP BY queue
 UNION ALL
-SELECT queue, 'queued', count(*) FROM workflow_node_jobs WHERE status = 'queued' GROUP BY queue
+SELECT queue, 'queued', count(*), max(extract(epoch FROM now() - greatest(created_at, run_after))) FILTER (WHERE run_after <= now())::float
+  FROM workflow_node_jobs WHERE status = 'queued' GROUP BY queue
 UNION ALL
-SELECT queue, 'running', count(*) FROM ingest_jobs WHERE status = 'running' GROUP BY queue
+SELECT queue, 'running', count(*), NULL FROM ingest_jobs WHERE status = 'running' GROUP BY queue
 UNION ALL
-SELECT queue, 'running', count(*) FROM workflow_node_jobs WHERE status = 'running' GROUP BY queue
+SELECT queue, 'running', count(*), NULL FROM workflow_node_jobs WHERE status = 'running' GROUP BY queue
 UNION ALL
-SELECT queue, 'scheduled', count(*) FROM ingest_jobs WHERE status = 'scheduled' GROUP BY queue
+SELECT queue, 'scheduled', count(*), NULL FROM ingest_jobs WHERE status = 'scheduled' GROUP BY queue
 UNION ALL
-SELECT queue, 'scheduled', count(*) FROM workflow_node_jobs WHERE status = 'scheduled' GROUP BY queue
+SELECT queue, 'scheduled', count(*), NULL FROM workflow_node_jobs WHERE status = 'scheduled' GROUP BY queue
 UNION ALL
-SELECT queue, 'waiting', count(*) FROM workflow_node_jobs WHERE status = 'waiting' GROUP BY queue;
-
--- name: cluster_oldest_queued
--- How long the oldest claimable job has waited: since it was enqueued, or since its run_after
--- (a delay or a retry's backoff) if that came later.
-SELECT queue, max(extract(epoch FROM now() - greatest(created_at, run_after)))::float AS oldest_s
-  FROM (SELECT queue, created_at, run_after FROM ingest_jobs WHERE status = 'queued' AND run_after <= now()
-        UNION ALL
-        SELECT queue, created_at, run_after FROM workflow_node_jobs WHERE status = 'queued' AND run_after <= now()) q
- GROUP BY queue;
+SELECT queue, 'waiting', count(*), NULL FROM workflow_node_jobs WHERE status = 'waiting' GROUP BY queue;
 
 -- name: cluster_finished_between
 -- Jobs that ended (completed or failed) in (since, until], read off the finished_at indexes while
--- the rows are still in the hot tables. wait_le/run_le: the smallest bucket bound at or above the
--- duration (NULL: above them all), so the grouped result stays small however many jobs finished.
+-- the rows are still in the hot tables. wait_i/run_i: how many bucket bounds lie below the
+-- duration, i.e. the index of its `le` bucket (as many as there are bounds: +Inf), so the grouped
+-- result stays small however many jobs finished.
 WITH f AS (
     SELECT queue, task_name AS task, status, started_at, finished_at, greatest(created_at, run_after) AS ready_at
       FROM ingest_jobs
@@ -56,11 +53,11 @@ WITH f AS (
       FROM f
 )
 SELECT queue, task, status, count(*) AS n,
-       (SELECT min(b) FROM unnest(%(bounds)s::float8[]) b WHERE b >= d.wait_s) AS wait_le,
-       (SELECT min(b) FROM unnest(%(bounds)s::float8[]) b WHERE b >= d.run_s) AS run_le,
+       width_bucket(wait_s, %(bounds)s::float8[]) - (wait_s = ANY(%(bounds)s::float8[]))::int AS wait_i,
+       width_bucket(run_s, %(bounds)s::float8[]) - (run_s = ANY(%(bounds)s::float8[]))::int AS run_i,
        coalesce(sum(wait_s), 0) AS wait_sum, coalesce(sum(run_s), 0) AS run_sum, count(wait_s) AS timed
   FROM d
- GROUP BY queue, task, status, wait_le, run_le;
+ GROUP BY queue, task, status, wait_i, run_i;
 
 -- name: cluster_exits_after
 -- Worker exits recorded after the watermark id (migration 0055), counted by code.
