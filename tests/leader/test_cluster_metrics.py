@@ -29,6 +29,12 @@ def scrape(metrics: ClusterMetrics) -> dict[tuple[str, tuple[tuple[str, str], ..
             for f in text_string_to_metric_families(text) for s in f.samples if s.name.startswith("qw_cluster_")}
 
 
+def families(metrics: ClusterMetrics) -> set[str]:
+    """The metric families a scrape declares (`# TYPE` lines), with or without samples."""
+    text = generate_latest(registry_for(metrics)).decode()
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE qw_cluster_")}
+
+
 def value(samples: dict, name: str, **labels: str) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
@@ -165,23 +171,29 @@ def test_worker_exits_are_recorded_by_the_trip_and_counted_from_the_term_on(data
 
 
 def test_a_standby_serves_only_its_role_and_a_lost_database_drops_the_gauges_but_keeps_the_counters(database_url, conn) -> None:
+    standby_families = {"qw_cluster_is_leader", "qw_cluster_leader_term", "qw_cluster_database_up"}
+    register_ingest_task("crawl", lambda reason: {})
+    node_queue.enqueue_ingest_job("crawl", "fetch")
     metrics = metrics_for(database_url)
     conn.execute("UPDATE qw_leadership SET epoch = 41 WHERE id = 1")
     metrics.step()
     standby = scrape(metrics)
     assert standby == {("qw_cluster_is_leader", ()): 0, ("qw_cluster_leader_term", ()): 41, ("qw_cluster_database_up", ()): 1}
+    assert families(metrics) == standby_families
     metrics.took_office(42, reclaims=lambda: {"fetch": 1})
     metrics.step()
-    assert value(scrape(metrics), "qw_cluster_job_reclaims_total", queue="fetch") == 1
+    up, up_families = scrape(metrics), families(metrics)
+    assert value(up, "qw_cluster_job_reclaims_total", queue="fetch") == 1 and value(up, "qw_cluster_queue_jobs", queue="fetch", status="queued") == 1
     metrics.url = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
     metrics._close()
     metrics.step()
     down = scrape(metrics)
     assert value(down, "qw_cluster_database_up") == 0 and value(down, "qw_cluster_is_leader") == 1
-    assert not [k for k in down if k[0] in ("qw_cluster_queue_jobs", "qw_cluster_workers")]
+    gauges = {"qw_cluster_queue_jobs", "qw_cluster_queue_oldest_queued_seconds", "qw_cluster_workers", "qw_cluster_last_sample_timestamp_seconds"}
+    assert not families(metrics) & gauges and gauges <= up_families
     assert value(down, "qw_cluster_job_reclaims_total", queue="fetch") == 1
     metrics.left_office()
-    assert set(scrape(metrics)) == {("qw_cluster_is_leader", ()), ("qw_cluster_leader_term", ()), ("qw_cluster_database_up", ())}
+    assert families(metrics) == standby_families
 
 
 def test_a_sample_taken_under_a_term_that_ended_meanwhile_is_not_published(database_url) -> None:
