@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 
@@ -236,13 +236,16 @@ class ClusterMetrics:
                 self._down_logged = True
             self._close()
             with self._lock:
-                self._sample = Sample(**{**self._sample.__dict__, "database_up": False, "fresh": False})
+                self._sample = replace(self._sample, database_up=False, fresh=False)
 
     def run(self, stop: threading.Event, sleep_fn: Callable[[float], object] | None = None) -> None:
         wait = sleep_fn or stop.wait
         try:
             while not stop.is_set():
-                self.step()
+                try:
+                    self.step()
+                except Exception:  # noqa: BLE001 - the orchestrator's metrics must not end over one bad sample
+                    log.exception("cluster metrics: sample failed")
                 wait(self.interval)
         finally:
             self._close()
