@@ -107,3 +107,24 @@ def test_bad_metrics_settings_stop_the_orchestrator_at_start_with_the_setting_na
     assert done.returncode == 2, done.stderr
     assert message in done.stderr, done.stderr
     assert query(database_url, "SELECT count(*) AS n FROM qw_orchestrators")[0]["n"] == 0  # it never got as far as the election
+
+
+def test_a_frozen_leader_resumed_after_a_takeover_drops_to_the_standby_set(database_url, procs) -> None:
+    pa, pb = free_port(), free_port()
+    fast = {"QW_LEADER_LEASE_SECONDS": "1"}
+    a = procs.orchestrator({**orchestrator_env(database_url, pa), **fast})
+    wait_until(lambda: one(scrape(pa), "qw_cluster_is_leader") == 1, timeout=60, what="the first orchestrator to lead")
+    term = one(answer(pa), "qw_cluster_leader_term")
+    b = procs.orchestrator({**orchestrator_env(database_url, pb), **fast})
+    wait_until(lambda: one(scrape(pb), "qw_cluster_database_up") == 1, timeout=60, what="the standby's endpoint")
+    os.kill(a.pid, signal.SIGSTOP)  # frozen: its lease lapses, the standby takes the next term
+    try:
+        wait_until(lambda: one(scrape(pb), "qw_cluster_is_leader") == 1, timeout=30, what="the standby to take over")
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_until(lambda: one(scrape(pa), "qw_cluster_is_leader") == 0 and one(scrape(pa), "qw_cluster_leader_term") == (term or 0) + 1,
+               timeout=30, what="the resumed leader to serve the standby set with the new term")
+    with urllib.request.urlopen(f"http://127.0.0.1:{pa}/metrics", timeout=10) as response:
+        declared = {line.split()[2] for line in response.read().decode().splitlines() if line.startswith("# TYPE qw_")}
+    assert declared == STANDBY_FAMILIES and one(answer(pb), "qw_cluster_is_leader") == 1
+    assert a.poll() is None and b.poll() is None, procs.logs()
