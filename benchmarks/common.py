@@ -146,6 +146,7 @@ def child_env(database_url: str | None = None, **extra: str) -> dict[str, str]:
     inherited = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), *inherited])
     env["PYTHONUNBUFFERED"] = "1"
+    env["QW_ORCHESTRATOR_METRICS_PORT"] = "0"  # a run starts several orchestrators on this one host
     if database_url:
         env["QW_DATABASE_URL"] = database_url
     env.update(extra)

@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0052 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0055 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -796,6 +796,28 @@ CREATE TABLE public.qw_wake_every_enqueue (
     added_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.qw_worker_exits (
+    id bigint NOT NULL,
+    worker_id text NOT NULL,
+    host_label text NOT NULL,
+    queue text NOT NULL,
+    code integer NOT NULL,
+    job_id bigint,
+    reason text,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT qw_worker_exits_code_check CHECK (((code >= 0) AND (code <= 255))),
+    CONSTRAINT qw_worker_exits_reason_check CHECK ((length(reason) <= 2000))
+);
+
+CREATE SEQUENCE public.qw_worker_exits_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.qw_worker_exits_id_seq OWNED BY public.qw_worker_exits.id;
+
 CREATE VIEW public.qw_worker_sessions AS
  SELECT DISTINCT (objid)::bigint AS lock_key
    FROM pg_locks l
@@ -1022,6 +1044,8 @@ ALTER TABLE ONLY public.ingest_jobs ALTER COLUMN id SET DEFAULT nextval('public.
 
 ALTER TABLE ONLY public.job_events ALTER COLUMN id SET DEFAULT nextval('public.job_events_id_seq'::regclass);
 
+ALTER TABLE ONLY public.qw_worker_exits ALTER COLUMN id SET DEFAULT nextval('public.qw_worker_exits_id_seq'::regclass);
+
 ALTER TABLE ONLY public.workflow_dispatch_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_dispatch_events_id_seq'::regclass);
 
 ALTER TABLE ONLY public.workflow_events ALTER COLUMN id SET DEFAULT nextval('public.workflow_events_id_seq'::regclass);
@@ -1069,6 +1093,9 @@ ALTER TABLE ONLY public.qw_orchestrators
 
 ALTER TABLE ONLY public.qw_wake_every_enqueue
     ADD CONSTRAINT qw_wake_every_enqueue_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY public.qw_worker_exits
+    ADD CONSTRAINT qw_worker_exits_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.schedule_entry_turns
     ADD CONSTRAINT schedule_entry_turns_pkey PRIMARY KEY (entry_name);
@@ -1127,6 +1154,8 @@ CREATE INDEX job_events_at_idx ON public.job_events USING btree (at);
 
 CREATE INDEX job_events_job_idx ON public.job_events USING btree (job_table, job_id, id);
 
+CREATE INDEX qw_worker_exits_at_idx ON public.qw_worker_exits USING btree (at);
+
 CREATE INDEX tenant_shares_active_idx ON public.tenant_shares USING btree (queue) WHERE active;
 
 CREATE INDEX workflow_dispatch_events_pending_idx ON public.workflow_dispatch_events USING btree (next_attempt_at, id) WHERE ((processed_at IS NULL) AND (poisoned_at IS NULL));
@@ -1174,6 +1203,8 @@ CREATE INDEX workflow_node_jobs_running_idx ON public.workflow_node_jobs USING b
 CREATE INDEX workflow_node_jobs_scheduled_idx ON public.workflow_node_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
 
 CREATE INDEX workflow_node_jobs_vram_samples_idx ON public.workflow_node_jobs USING btree (required_model, public.qw_gpu_task(node_module, node_name), finished_at DESC) WHERE ((status = 'completed'::text) AND (peak_vram_bytes IS NOT NULL));
+
+CREATE INDEX workflow_node_jobs_waiting_idx ON public.workflow_node_jobs USING btree (queue) WHERE (status = 'waiting'::text);
 
 CREATE INDEX workflow_node_jobs_waiting_maps_idx ON public.workflow_node_jobs USING btree (run_id) WHERE ((status = 'waiting'::text) AND (map_total IS NOT NULL));
 
@@ -1382,6 +1413,17 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_wake_every_enqueue TO qw_or
 GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_dashboard;
 GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO qw_scheduler;
 GRANT SELECT ON TABLE public.qw_wake_every_enqueue TO PUBLIC;
+
+GRANT SELECT,INSERT ON TABLE public.qw_worker_exits TO qw_worker;
+GRANT SELECT ON TABLE public.qw_worker_exits TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_exits TO qw_orchestrator;
+GRANT SELECT ON TABLE public.qw_worker_exits TO qw_dashboard;
+GRANT SELECT ON TABLE public.qw_worker_exits TO qw_scheduler;
+
+GRANT ALL ON SEQUENCE public.qw_worker_exits_id_seq TO qw_worker;
+GRANT USAGE ON SEQUENCE public.qw_worker_exits_id_seq TO qw_orchestrator;
+GRANT USAGE ON SEQUENCE public.qw_worker_exits_id_seq TO qw_dashboard;
+GRANT USAGE ON SEQUENCE public.qw_worker_exits_id_seq TO qw_scheduler;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.qw_worker_sessions TO qw_orchestrator;

@@ -30,6 +30,7 @@ from queue_workflows.gpu import registry as model_registry
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a test reads it, as a deployment would
+os.environ["QW_ORCHESTRATOR_METRICS_PORT"] = "0"  # several orchestrators share this host; a test that wants the endpoint picks a port
 
 TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "apps" / "app_migrations"

@@ -171,6 +171,13 @@ class Settings(BaseSettings):
     compose_project: str | None = None  # the stack's containers by compose label (default: the sidecar's own project)
     container_prefix: str | None = None  # or by name prefix, as the seed did
 
+    # The orchestrator's cluster metrics (docs/metrics.md, "Cluster metrics"): every orchestrator serves
+    # /metrics here (0: none); the leader samples the cluster every interval, a standby only its role.
+    orchestrator_metrics_port: int = Field(default=9465, ge=0, le=65535, description="the orchestrator's Prometheus /metrics port; 0 serves none")
+    orchestrator_metrics_host: str = Field(default="0.0.0.0", min_length=1, pattern=r"^[A-Za-z0-9_.:\[\]-]+$", description="address the orchestrator's /metrics listens on")
+    orchestrator_metrics_interval_seconds: float = Field(default=10.0, gt=0, le=3600, description="seconds between the leader's samples of the cluster")
+    orchestrator_metrics_max_tasks: int = Field(default=200, ge=1, le=10_000, description="distinct task labels kept; later tasks count as task=\"other\"")
+
     # Operator dashboard (docs/dashboard.md): localhost unless told; actions need the password.
     dashboard_addr: str = "127.0.0.1"
     dashboard_port: int = Field(default=8765, ge=0, le=65535)

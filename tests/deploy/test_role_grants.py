@@ -18,10 +18,12 @@ from queue_workflows import db, node_queue, worker_control
 from queue_workflows.dag import Workflow
 from queue_workflows.jobstore import Claimant
 from queue_workflows.leader import reclaim, retention
+from queue_workflows.leader.cluster_metrics import ClusterMetrics
 from queue_workflows.schedule.entries import ScheduleEntry
 from queue_workflows.schedule.slots import Fire
 from queue_workflows.schedule.store import SlotStore
 from queue_workflows.telemetry import snapshot, store
+from queue_workflows.worker import exit_log
 
 LEDGER = "DELETE FROM queue_schema_version"
 DEPOSE = "UPDATE qw_leadership SET epoch = epoch + 1"
@@ -45,6 +47,8 @@ FORBIDDEN: dict[str, list[str]] = {
         "DELETE FROM ingest_jobs",
         "DELETE FROM workflow_runs",
         "DELETE FROM job_events",
+        "UPDATE qw_worker_exits SET code = 0",  # a worker appends its exits (migration 0055), never rewrites them
+        "DELETE FROM qw_worker_exits",
     ],
     "qw_orchestrator": EVERYONE + [
         "INSERT INTO host_metrics (host_label, payload_version, payload, sampled_at) VALUES ('evil', 1, '{}', now())",
@@ -165,6 +169,16 @@ def test_the_metrics_role_publishes_its_host_snapshot(login_as):
         store.publish(conn, payload)  # the second is the upsert's UPDATE arm
         assert [row["host_label"] for row in store.latest(conn)] == ["roles-host"]
         store.read_queue_figures(conn, stale_after_seconds=30)
+
+
+def test_a_worker_records_its_exit_and_the_orchestrator_samples_the_cluster(login_as, database_url):
+    exit_log.record_now(login_as("qw_worker"), worker_id="h:fetch:1:x", host_label="h", queue="fetch", code=77, reason="taken")
+    assert [r["code"] for r in query(database_url, "SELECT code FROM qw_worker_exits")] == [77]
+    metrics = ClusterMetrics(interval=1, max_tasks=10, stale_after_seconds=30)
+    metrics.took_office(1)
+    with db.connect(autocommit=True, url=login_as("qw_orchestrator")) as conn:
+        for _ in range(2):  # the first sample sets the term's watermarks, the second reads from them
+            assert metrics.sample(conn).database_up
 
 
 def test_no_connected_role_can_hold_off_migrate(login_as, database_url):

@@ -81,8 +81,12 @@ def test_events_have_their_own_window(database_url, conn):
     for key, age in (("old", "2 hours"), ("new", "1 minute")):  # events of wait_event nodes, kept (no node waits)
         query(database_url, "INSERT INTO workflow_events (event_key, payload) VALUES (%s, '{}')", (key,))
         query(database_url, "UPDATE workflow_events SET created_at = now() - %s::interval WHERE event_key = %s", (age, key))
+    for code, age in ((77, "2 hours"), (75, "1 minute")):  # recorded worker exits (migration 0055) share the window
+        query(database_url, "INSERT INTO qw_worker_exits (worker_id, host_label, queue, code, at) "
+                            "VALUES ('w', 'h', 'fetch', %s, now() - %s::interval)", (code, age))
     deleted = retention.prune_once(conn)
-    assert deleted == {"prune_job_events": 1, "prune_dispatch_events": 0, "prune_workflow_events": 1}
+    assert deleted == {"prune_job_events": 1, "prune_dispatch_events": 0, "prune_workflow_events": 1, "prune_worker_exits": 1}
+    assert [r["code"] for r in query(database_url, "SELECT code FROM qw_worker_exits")] == [75]
     assert [r["to_status"] for r in query(database_url, "SELECT to_status FROM job_events")] == ["cancelled"]
     assert [r["event_key"] for r in query(database_url, "SELECT event_key FROM workflow_events")] == ["new"]
     assert ids(database_url, "ingest_jobs") == {job}  # finished rows: kept forever

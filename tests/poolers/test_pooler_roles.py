@@ -63,6 +63,8 @@ def test_session_roles_refuse_a_transaction_pooler_with_one_line(database_url, p
         assert len(lines) == 1 and lines[0].startswith("error: QW_DATABASE_URL points at"), text[-2000:]
         assert "connect workers, orchestrators and schedulers to Postgres directly or through a session-mode pool" in lines[0]
     assert query(database_url, "SELECT count(*) AS n FROM worker_heartbeats")[0]["n"] == 0
+    # The worker's refusal is recorded for the cluster metrics (qw_cluster_worker_exits_total{code="80"}).
+    assert [(r["queue"], r["code"]) for r in query(database_url, "SELECT queue, code FROM qw_worker_exits")] == [("fetch", 80)]
 
 
 def test_a_worker_and_an_orchestrator_run_through_a_session_pooler(database_url, pgbouncer, procs: Procs):

@@ -18,7 +18,7 @@ from procs import wait_until
 
 def _dev_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QW_")}
-    env.update(QW_DATA_DIR=str(tmp_path / "qwdata"), QW_LOG_LEVEL="WARNING", **extra)
+    env.update(QW_DATA_DIR=str(tmp_path / "qwdata"), QW_LOG_LEVEL="WARNING", QW_ORCHESTRATOR_METRICS_PORT="0", **extra)
     return env
 
 

@@ -58,7 +58,7 @@ def app_dir(tmp_path: Path) -> Path:
 
 def _env(db_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QW_") and k != "PYTHONPATH"}
-    env.update({"MY_DB_URL": db_url, "QW_APP": APP, **extra})
+    env.update({"MY_DB_URL": db_url, "QW_APP": APP, "QW_ORCHESTRATOR_METRICS_PORT": "0", **extra})
     return env
 
 

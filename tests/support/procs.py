@@ -41,6 +41,7 @@ def service_env(database_url: str, **overrides: str) -> dict[str, str]:
         QW_LOG_LEVEL="INFO",
         QW_GPU_CPU_FALLBACK="1",  # no GPU here: gpu workers run their jobs on the CPU
         QW_NODE_PACKAGES=TEST_NODE_PACKAGES,
+        QW_ORCHESTRATOR_METRICS_PORT="0",  # tests run several orchestrators on one host; one that serves metrics picks a free port
         PYTHONPATH=os.pathsep.join(filter(None, [str(APPS_DIR), env.get("PYTHONPATH", "")])),
     )
     env.update(overrides)

@@ -14,7 +14,7 @@ import argparse
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 
@@ -27,8 +27,10 @@ from queue_workflows.dag.timekeeper import Timekeeper
 from queue_workflows.errors import DatabaseUnreachableError
 from queue_workflows.fair.sweep import TenantSweep
 from queue_workflows.leader import reclaim
+from queue_workflows.leader.cluster_metrics import ClusterMetrics
 from queue_workflows.leader.leadership import Elector, Term
 from queue_workflows.leader.retention import Retention
+from queue_workflows.settings import Settings
 
 log = logging.getLogger("queue_workflows.leader.orchestrator")  # also when run as __main__
 
@@ -61,29 +63,46 @@ def bootstrap_when_reachable(stop: threading.Event, *, timeout: float = 120.0) -
     return False
 
 
+def serve_metrics(settings: Settings) -> tuple[ClusterMetrics | None, Callable[[], None]]:
+    """The cluster metrics and their endpoint (QW_ORCHESTRATOR_METRICS_PORT; 0: none), and how to close them."""
+    if not settings.orchestrator_metrics_port:
+        return None, lambda: None
+    from queue_workflows.leader.cluster_exposition import MetricsEndpoint  # prometheus_client, only when served
+
+    metrics = ClusterMetrics(interval=settings.orchestrator_metrics_interval_seconds, max_tasks=settings.orchestrator_metrics_max_tasks,
+                             stale_after_seconds=3 * settings.heartbeat_seconds)
+    return metrics, MetricsEndpoint(metrics, settings).close
+
+
 def run(stop_event: threading.Event) -> int:
     """Migrations, then lead (or stand by, then lead) until `stop_event` is set."""
-    if not bootstrap_when_reachable(stop_event):
-        return 0
-    cfg = config.current()
-    pooler.require_session(cfg.database_url(), source=cfg.db_url_env)  # leadership and LISTEN are session state
-    elector = Elector()
-    reclaimed = 0
+    metrics, close_metrics = serve_metrics(config.current().settings)  # first: a busy port fails at once
     try:
-        while not stop_event.is_set():
-            term = elector.campaign(stop_event)
-            if term is None:
-                break
-            reclaimed += lead(term, elector, stop_event)
+        if not bootstrap_when_reachable(stop_event):
+            return 0
+        cfg = config.current()
+        pooler.require_session(cfg.database_url(), source=cfg.db_url_env)  # leadership and LISTEN are session state
+        elector = Elector()
+        reclaimed = 0
+        try:
+            while not stop_event.is_set():
+                term = elector.campaign(stop_event)
+                if term is None:
+                    break
+                reclaimed += lead(term, elector, stop_event, metrics)
+        finally:
+            elector.resign()
     finally:
-        elector.resign()
+        close_metrics()
     log.info("orchestrator stopped (%d job(s) reclaimed)", reclaimed)
     return 0
 
 
-def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
+def lead(term: Term, elector: Elector, stop_event: threading.Event, metrics: ClusterMetrics | None = None) -> int:
     """The leader's services, guarded by `term`, until it ends; returns how many jobs the sweep reclaimed."""
     sweep = reclaim.ReclaimLoop(stop_event=term.ended, guard=term.guard)
+    if metrics is not None:  # its counters start at zero with the term
+        metrics.took_office(term.epoch, reclaims=lambda: dict(sweep.by_queue))
     services = {
         "qw-reclaim": sweep.run_forever,
         "qw-dispatch": DispatchDrain(stop_event=term.ended, guard=term.guard).run_forever,  # DAG outbox, woken by NOTIFY
@@ -98,6 +117,8 @@ def lead(term: Term, elector: Elector, stop_event: threading.Event) -> int:
     log.info("orchestrator running: leading term %d; reclaim sweep every %.2fs, DAG dispatch drain", term.epoch, sweep.interval)
     elector.hold(term, stop_event)
     term.ended.set()
+    if metrics is not None:
+        metrics.left_office()
     for thread in threads:
         thread.join(timeout=10)
     if not stop_event.is_set():

@@ -79,12 +79,15 @@ class ReclaimLoop:
         self.guard = guard
         self.now_fn = now_fn
         self.total = 0
+        self.by_queue: dict[str, int] = {}  # reclaims per queue, for the cluster metrics
         self.suspects: Suspects = {}
         self._next_prune = 0.0
 
     def sweep(self, conn: db.Conn) -> None:
         reclaimed = reclaim_confirmed(conn, self.suspects)
         self.total += len(reclaimed)
+        for row in reclaimed:
+            self.by_queue[row["queue"]] = self.by_queue.get(row["queue"], 0) + 1
         self.suspects = find_suspects(conn)
         for table in TABLES:
             jobstore.promote_due(conn, table)

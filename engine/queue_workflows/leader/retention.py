@@ -24,7 +24,7 @@ _RETENTION = sqlfile.load("queue_workflows.leader", "retention.sql")
 FINISHED = {"prune_ingest_jobs": _RETENTION["prune_ingest_jobs"], "prune_node_jobs": _RETENTION["prune_node_jobs"],
             "prune_runs": _RETENTION["prune_runs"]}
 EVENTS = {"prune_job_events": _RETENTION["prune_job_events"], "prune_dispatch_events": _RETENTION["prune_dispatch_events"],
-          "prune_workflow_events": _RETENTION["prune_workflow_events"]}
+          "prune_workflow_events": _RETENTION["prune_workflow_events"], "prune_worker_exits": _RETENTION["prune_worker_exits"]}
 
 
 def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:

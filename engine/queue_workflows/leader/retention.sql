@@ -43,3 +43,9 @@ DELETE FROM workflow_events WHERE id IN (
     SELECT id FROM workflow_events
      WHERE coalesce(processed_at, created_at) < now() - make_interval(secs => %(keep_seconds)s)
      ORDER BY id LIMIT %(batch)s);
+
+-- name: prune_worker_exits
+DELETE FROM qw_worker_exits WHERE id IN (
+    SELECT id FROM qw_worker_exits
+     WHERE at < now() - make_interval(secs => %(keep_seconds)s)
+     ORDER BY at LIMIT %(batch)s);

@@ -7,7 +7,8 @@ import threading
 from collections.abc import Sequence
 
 from queue_workflows import app_loader, config, db, node_queue, pooler
-from queue_workflows.worker import exits
+from queue_workflows.errors import TransactionPoolerError
+from queue_workflows.worker import exit_log, exits
 from queue_workflows.worker.batch import BatchWorker
 from queue_workflows.worker.claim import ClaimWorker
 from queue_workflows.worker.liveness import id_notes
@@ -63,7 +64,12 @@ def _run(args: argparse.Namespace) -> int:
     db.wait_for_schema(url=loaded.config.database_url(), stop=stop)  # SIGINT/SIGTERM end the wait at once
     if stop.is_set():
         return exits.EXIT_OK
-    pooler.require_session(loaded.config.database_url(), source=loaded.config.db_url_env)  # its lock and LISTEN are session state
+    try:
+        pooler.require_session(loaded.config.database_url(), source=loaded.config.db_url_env)  # its lock and LISTEN are session state
+    except TransactionPoolerError as exc:
+        exit_log.record_now(loaded.config.database_url(), worker_id=worker.worker_id, host_label=loaded.config.settings.host_label,
+                            queue=args.queue, code=exits.EXIT_TRANSACTION_POOLER, reason=str(exc))
+        raise
     if args.queue not in node_queue.NODE_QUEUES:
         app_loader.warn_unrunnable_jobs(args.queue, loaded)
     id_notes.note(worker.worker_id, loaded.config.database_url())  # for `qw health worker` in this container

@@ -366,7 +366,8 @@ class LivenessBeat(threading.Thread):
                     self._job, self._returned, self._exiting = None, False, True
                     self.watch.finish()
                     device_check = (self.host_label, self.queue) if self.queue == "gpu" and trip.code in DEVICE_SUSPECT_EXITS else None
-                    stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn, device_check=device_check)
+                    stop_job(job, trip, url=self.url, worker_id=self.worker_id, max_trips=self.max_trips, exit_fn=self.exit_fn,
+                             device_check=device_check, origin=(self.host_label, self.queue))
                     return
             time.sleep(0.01)  # the outcome is on its way to its commit
 

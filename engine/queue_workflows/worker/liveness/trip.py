@@ -19,6 +19,7 @@ from queue_workflows.common import sqlfile
 from queue_workflows.common.text import first_line
 from queue_workflows.db_network import network_timeouts
 from queue_workflows.queries import JobTable
+from queue_workflows.worker import exit_log
 from queue_workflows.worker.exits import EXIT_BUDGET, EXIT_DEVICE_ERROR, EXIT_HARD_STOP, EXIT_STALLED, kill_job_processes
 from queue_workflows.worker.liveness.watchdogs import Timeout, Trip
 
@@ -76,10 +77,12 @@ def stop_job(
     max_trips: int,
     exit_fn: Callable[[int, str], None],
     device_check: tuple[str, str] | None = None,
+    origin: tuple[str, str] | None = None,
 ) -> None:
     """Write what `trip` calls for, in one transaction, then exit with its code.
 
-    `device_check` (host, queue) flags a gpu worker so its next process probes the device first.
+    `device_check` (host, queue) flags a gpu worker so its next process probes the device first;
+    `origin` (host, queue) records the exit in `qw_worker_exits`, in the same transaction.
     """
     subject = f"job {job.job_id}" if job is not None else "worker"
     try:
@@ -88,9 +91,9 @@ def stop_job(
         log.warning("the job's processes were not ended before its write: %s", first_line(exc))
     statement = ("node_timeout" if trip.timeout is not None else WRITES.get(trip.code)) if job is not None else None
     outcome = ""
-    if statement is not None or device_check is not None or (job is not None and (job.rows is not None or len(job.ids) > 1)):
+    if statement is not None or device_check is not None or origin is not None or (job is not None and (job.rows is not None or len(job.ids) > 1)):
         try:
-            outcome = _write(job, trip, statement, url=url, worker_id=worker_id, max_trips=max_trips, device_check=device_check)
+            outcome = _write(job, trip, statement, url=url, worker_id=worker_id, max_trips=max_trips, device_check=device_check, origin=origin)
         except Exception as exc:  # noqa: BLE001 - leave anyway; the lease returns the job
             outcome = f"; its outcome was not written ({first_line(exc)}), its lease will return it"
     exit_fn(trip.code, f"{subject}: {trip.reason}{outcome}")
@@ -98,13 +101,16 @@ def stop_job(
 
 def _write(
     job: CurrentJob | None, trip: Trip, statement: str | None, *, url: str, worker_id: str, max_trips: int,
-    device_check: tuple[str, str] | None,
+    device_check: tuple[str, str] | None, origin: tuple[str, str] | None = None,
 ) -> str:
     # A fresh, bounded connection: the worker's own ones may be what is failing.
     with psycopg.connect(url, autocommit=True, row_factory=dict_row, options="-c statement_timeout=5000",
                          **network_timeouts(url, 5.0)) as conn, conn.transaction():
         if device_check is not None:
             conn.execute(_CONTROL.sql("set_device_check"), {"host_label": device_check[0], "queue": device_check[1], "pending": True})
+        if origin is not None:
+            exit_log.record(conn, worker_id=worker_id, host_label=origin[0], queue=origin[1], code=trip.code, reason=trip.reason,
+                            job_id=job.job_id if job is not None else None)
         if job is None:
             return ""
         if job.rows is not None:
