@@ -2,8 +2,8 @@
 here): the datasource and dashboard provider parse with the fields Grafana requires, every panel
 names a provisioned datasource, and every metric a panel or an alert rule reads is one the services
 really export. The sidecar's names come from a real scrape of its exposition, in process, against
-a test database; the orchestrator's qw_cluster_* exporter is another branch's, so its names are a
-list here until that exporter lands (then a scrape of it replaces ORCHESTRATOR_EXPORTS_UNTIL_MERGE)."""
+a test database, and the leading orchestrator's from one real sample of its cluster exporter against
+the same database."""
 
 from __future__ import annotations
 
@@ -18,28 +18,12 @@ from promql_names import DASHBOARDS, MONITORING, ROOT, metric_names, missing, pa
 
 import queue_workflows
 from queue_workflows import hw_metrics, node_queue, tasks
+from queue_workflows.leader.cluster_exposition import registry_for as cluster_registry_for
+from queue_workflows.leader.cluster_metrics import ClusterMetrics
 from queue_workflows.telemetry.gpu_sample import GpuSample
 
 PROVISIONING = MONITORING / "grafana" / "provisioning"
 COMPOSE = ROOT / "deploy" / "compose.monitoring.yaml"
-# The leading orchestrator's exports (QW_ORCHESTRATOR_METRICS_PORT, 9465), as its branch names them,
-# by type; a histogram's samples are its _bucket, _sum and _count, a counter's its _total.
-ORCHESTRATOR_EXPORTS_UNTIL_MERGE = {
-    "qw_cluster_is_leader": "gauge", "qw_cluster_leader_term": "gauge", "qw_cluster_database_up": "gauge",
-    "qw_cluster_queue_jobs": "gauge", "qw_cluster_queue_oldest_queued_seconds": "gauge",
-    "qw_cluster_jobs_completed_total": "counter", "qw_cluster_jobs_failed_total": "counter",
-    "qw_cluster_job_wait_seconds": "histogram", "qw_cluster_job_run_seconds": "histogram",
-    "qw_cluster_job_reclaims_total": "counter", "qw_cluster_worker_exits_total": "counter", "qw_cluster_workers": "gauge",
-}
-
-
-def orchestrator_names() -> set[str]:
-    names = set()
-    for name, kind in ORCHESTRATOR_EXPORTS_UNTIL_MERGE.items():
-        names |= {name, *(f"{name}{s}" for s in ("_bucket", "_sum", "_count"))} if kind == "histogram" else {name}
-    return names
-
-
 def exposition_names(text: str) -> set[str]:
     """Every family and sample name an exposition carries, a family without samples included (Prometheus keeps its metadata)."""
     names = set()
@@ -65,6 +49,17 @@ def sidecar_names(database_url, tmp_path) -> set[str]:
     text = generate_latest(hw_metrics.registry_for(sidecar.state)).decode()
     assert 'qw_queue_jobs{family="ingest",queue="fetch",status="queued"} 1.0' in text, text
     assert 'qw_gpu_memory_total_bytes{gpu="0",host="dash-1"}' in text, text
+    return exposition_names(text)
+
+
+@pytest.fixture
+def orchestrator_names(sidecar_names, database_url, conn) -> set[str]:
+    """One real sample of the leading orchestrator's cluster exporter on the same database (its jobs included), then its /metrics text."""
+    metrics = ClusterMetrics(interval=1.0, max_tasks=200, stale_after_seconds=30.0, url=database_url)
+    metrics.took_office(1)
+    metrics.sample(conn)
+    text = generate_latest(cluster_registry_for(metrics)).decode()
+    assert "qw_cluster_is_leader 1.0" in text, text
     return exposition_names(text)
 
 
@@ -119,14 +114,14 @@ def test_the_dashboard_covers_what_an_operator_watches():
     assert titles == {"Hosts", "GPUs", "Queues", "Throughput", "Latency", "Failures", "Workers", "Model loads"}
 
 
-def test_every_metric_the_dashboard_and_the_alerts_read_is_exported(sidecar_names):
+def test_every_metric_the_dashboard_and_the_alerts_read_is_exported(sidecar_names, orchestrator_names):
     used = used_names()
     assert any(name.startswith("qw_queue_") for name in used) and any(name.startswith("qw_cluster_") for name in used)
-    absent = missing(used, sidecar_names | orchestrator_names())
+    absent = missing(used, sidecar_names | orchestrator_names)
     assert absent == {}, f"read by a panel or an alert, exported by no service: {absent}"
 
 
-def test_a_misspelt_metric_in_a_panel_is_caught(sidecar_names, tmp_path, monkeypatch):
+def test_a_misspelt_metric_in_a_panel_is_caught(sidecar_names, orchestrator_names, tmp_path, monkeypatch):
     """The check can fail: one panel's query with a metric name the sidecar does not export."""
     import promql_names
 
@@ -137,7 +132,7 @@ def test_a_misspelt_metric_in_a_panel_is_caught(sidecar_names, tmp_path, monkeyp
     broken = tmp_path / path.name
     broken.write_text(json.dumps(dashboard))
     monkeypatch.setattr(promql_names, "DASHBOARDS", [broken])
-    absent = missing(promql_names.used_names(), sidecar_names | orchestrator_names())
+    absent = missing(promql_names.used_names(), sidecar_names | orchestrator_names)
     assert absent == {"qw_host_cpu_percnt": [f"{path.name}: Host CPU (A)"]}, absent
     assert "qw_host_cpu_percnt" not in path.read_text()  # the shipped file is untouched
 
