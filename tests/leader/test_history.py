@@ -106,3 +106,15 @@ def test_the_mover_works_off_a_backlog_in_capped_batches(database_url, conn):
     mover = history.HistoryMover(stop_event=threading.Event(), batch=3, interval=60, pause=0.01)
     assert [mover._step(conn) for _ in range(3)] == [0.01, 0.01, 60]
     assert ids(database_url, "ingest_jobs_history") == set(backlog) and mover.total == 7
+
+
+def test_the_vram_learner_keeps_the_samples_that_moved(database_url, conn):
+    configure(database_url, history_after_seconds=60)
+    insert = ("INSERT INTO workflow_node_jobs (node_name, node_module, queue, required_model, status, peak_vram_bytes, started_at, finished_at) "
+              "SELECT 'embed', 'mod', 'gpu', 'm1', %s, 4 * 2^30, now() - interval '2 hours', now() - %s * interval '1 hour' "
+              "FROM generate_series(1, %s) RETURNING id")
+    query(database_url, insert, ("completed", 1, 10))
+    assert history.move_once(conn)[0]["move_standalone_node_jobs"] == 10
+    [job] = query(database_url, insert, ("running", 0, 1))
+    query(database_url, "UPDATE workflow_node_jobs SET status = 'completed', finished_at = now() WHERE id = %s", (job["id"],))
+    assert query(database_url, "SELECT samples FROM gpu_task_vram WHERE model_id = 'm1'") == [{"samples": 11}]
