@@ -1583,6 +1583,14 @@ CREATE INDEX workflow_node_jobs_history_vram_idx ON ONLY public.workflow_node_jo
 
 CREATE INDEX workflow_node_jobs_history_de_required_model_qw_gpu_task_fi_idx ON public.workflow_node_jobs_history_default USING btree (required_model, public.qw_gpu_task(node_module, node_name), finished_at DESC) WHERE ((status = 'completed'::text) AND (peak_vram_bytes IS NOT NULL));
 
+CREATE INDEX workflow_node_jobs_history_model_loads_idx ON ONLY public.workflow_node_jobs_history USING btree (required_model, finished_at DESC) WHERE (NOT model_hit);
+
+CREATE INDEX workflow_node_jobs_history_defa_required_model_finished_at_idx1 ON public.workflow_node_jobs_history_default USING btree (required_model, finished_at DESC) WHERE (NOT model_hit);
+
+CREATE INDEX workflow_node_jobs_history_model_hits_idx ON ONLY public.workflow_node_jobs_history USING btree (required_model, finished_at DESC) WHERE model_hit;
+
+CREATE INDEX workflow_node_jobs_history_defau_required_model_finished_at_idx ON public.workflow_node_jobs_history_default USING btree (required_model, finished_at DESC) WHERE model_hit;
+
 CREATE INDEX workflow_node_jobs_history_finished_idx ON ONLY public.workflow_node_jobs_history USING btree (finished_at);
 
 CREATE INDEX workflow_node_jobs_history_default_finished_at_idx ON public.workflow_node_jobs_history_default USING btree (finished_at);
@@ -1634,6 +1642,10 @@ ALTER INDEX public.ingest_jobs_history_finished_idx ATTACH PARTITION public.inge
 ALTER INDEX public.ingest_jobs_history_id_idx ATTACH PARTITION public.ingest_jobs_history_default_id_idx;
 
 ALTER INDEX public.workflow_node_jobs_history_vram_idx ATTACH PARTITION public.workflow_node_jobs_history_de_required_model_qw_gpu_task_fi_idx;
+
+ALTER INDEX public.workflow_node_jobs_history_model_loads_idx ATTACH PARTITION public.workflow_node_jobs_history_defa_required_model_finished_at_idx1;
+
+ALTER INDEX public.workflow_node_jobs_history_model_hits_idx ATTACH PARTITION public.workflow_node_jobs_history_defau_required_model_finished_at_idx;
 
 ALTER INDEX public.workflow_node_jobs_history_finished_idx ATTACH PARTITION public.workflow_node_jobs_history_default_finished_at_idx;
 

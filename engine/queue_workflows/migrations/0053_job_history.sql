@@ -21,6 +21,9 @@ CREATE INDEX workflow_node_jobs_history_run_idx ON workflow_node_jobs_history (r
 CREATE INDEX workflow_node_jobs_history_vram_idx ON workflow_node_jobs_history
     (required_model, qw_gpu_task(node_module, node_name), finished_at DESC)
     WHERE status = 'completed' AND peak_vram_bytes IS NOT NULL;
+-- The GPU claim plan's recent job and load times per model, as workflow_node_jobs_model_hits/loads_idx.
+CREATE INDEX workflow_node_jobs_history_model_hits_idx ON workflow_node_jobs_history (required_model, finished_at DESC) WHERE model_hit;
+CREATE INDEX workflow_node_jobs_history_model_loads_idx ON workflow_node_jobs_history (required_model, finished_at DESC) WHERE NOT model_hit;
 
 -- Readers that must see a job wherever it lives read these: one snapshot sees a moved row once.
 CREATE VIEW ingest_jobs_all AS SELECT * FROM ingest_jobs UNION ALL SELECT * FROM ingest_jobs_history;
