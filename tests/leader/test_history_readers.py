@@ -13,9 +13,9 @@ from queue_workflows import config, db, node_queue, register_ingest_task
 from queue_workflows.dag import Workflow
 from queue_workflows.dag.outbox import DispatchDrain
 from queue_workflows.leader import history
-from queue_workflows.ops import costs
+from queue_workflows.ops import costs, overview
 from queue_workflows.telemetry.store import OutcomeCounter
-from qw_services import cli
+from qw_services import cli, dev
 
 N = "qw_dag_nodes"
 
@@ -68,9 +68,11 @@ def test_a_dedup_key_held_by_a_moved_job_still_dedups_within_the_window(env):
     assert again["id"] == job and again["status"] == "completed"
 
 
-def test_costs_and_the_outcome_counters_count_moved_jobs(env):
-    finished_job(env, status="completed")
+def test_costs_the_outcome_counters_the_throughput_chart_and_the_demo_totals_count_moved_jobs(env):
+    job = finished_job(env, status="completed")
     move(env)
+    assert overview.throughput()["fetch"]["completed_15m"] == 1  # the dashboard's per-minute chart
+    assert dev._demo_totals({"ingest_jobs": [job]})["completed"] == 1  # `qw dev`'s closing totals
     report = costs.cost_report(by="queue", since="1h")
     assert report["totals"]["jobs"] == 1 and report["totals"]["cpu_seconds"] == 2.5
     counters = OutcomeCounter(lag_seconds=0)
@@ -80,7 +82,7 @@ def test_costs_and_the_outcome_counters_count_moved_jobs(env):
     assert counters.totals.get(("ingest", "fetch", "completed")) == 1
 
 
-def test_a_moved_runs_outputs_events_and_dashboard_pages(env, database_url):
+def test_a_moved_runs_outputs_events_qw_runs_and_dashboard_pages(env, capsys):
     from starlette.testclient import TestClient
 
     from qw_services.dashboard.app import create_app
@@ -98,8 +100,13 @@ def test_a_moved_runs_outputs_events_and_dashboard_pages(env, database_url):
     assert queue_workflows.run_status(run)["nodes"]["a"]["output"] == {"y": 2}
     assert [(e["node_name"], e["to_status"]) for e in query(env, "SELECT node_name, to_status FROM node_events WHERE run_id = %s ORDER BY id", (run,))] == [
         ("a", "queued"), ("a", "completed")]
+    assert cli.main(["runs", "--json"]) == 0
+    assert [(r["id"], r["completed"], r["nodes_started"]) for r in json.loads(capsys.readouterr().out)] == [(run, 1, 1)]
+    node = query(env, "SELECT id FROM workflow_node_jobs_history")[0]["id"]
     with TestClient(create_app(password="pw-for-history-test"), base_url="http://127.0.0.1:8765") as client:
+        story = client.get(f"/jobs/node:{node}")
+        assert story.status_code == 200 and "completed" in story.text
         page = client.get(f"/runs/{run}").text
         assert "completed" in page and 'pending' not in page.split("run-actions")[0].lower()
         found = client.get("/jobs", params={"status": "completed"}).text
-        assert f"node:{query(env, 'SELECT id FROM workflow_node_jobs_history')[0]['id']}" in found
+        assert f"node:{node}" in found

@@ -65,7 +65,7 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error, r.
        count(n.id) AS nodes_started,
        coalesce(jsonb_array_length(r.definition -> 'nodes'), 0) AS nodes_total
   FROM workflow_runs r
-  LEFT JOIN workflow_node_jobs n ON n.run_id = r.id AND n.map_node IS NULL  -- a map's items are not nodes of the run
+  LEFT JOIN workflow_node_jobs_all n ON n.run_id = r.id AND n.map_node IS NULL  -- a map's items are not nodes of the run; a completed run's may have moved
  WHERE %(status)s::text IS NULL OR r.status = %(status)s
  GROUP BY r.id
  ORDER BY r.id DESC
