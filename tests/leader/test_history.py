@@ -118,3 +118,15 @@ def test_the_vram_learner_keeps_the_samples_that_moved(database_url, conn):
     [job] = query(database_url, insert, ("running", 0, 1))
     query(database_url, "UPDATE workflow_node_jobs SET status = 'completed', finished_at = now() WHERE id = %s", (job["id"],))
     assert query(database_url, "SELECT samples FROM gpu_task_vram WHERE model_id = 'm1'") == [{"samples": 11}]
+
+
+def test_a_failed_runs_old_nodes_stay_hot_and_get_no_partitions(database_url, conn):
+    configure(database_url, history_after_seconds=60, retain_finished_seconds=0)
+    run = query(database_url, "INSERT INTO workflow_runs (workflow_name, status, finished_at) VALUES ('w', 'failed', now() - interval '400 days') "
+                              "RETURNING id")[0]["id"]
+    query(database_url, "INSERT INTO workflow_node_jobs (run_id, node_name, queue, status, finished_at) "
+                        "VALUES (%s, 'a', 'cpu', 'failed', now() - interval '400 days')", (run,))
+    finished(database_url, "completed", 2)
+    assert history.move_once(conn)[0] == {"move_ingest_jobs": 1, "move_standalone_node_jobs": 0, "move_run_node_jobs": 0}
+    assert len(partitions(database_url, "workflow_node_jobs_history")) <= 1 + 1 + 1 + history.DAYS_AHEAD  # default, yesterday, today, ahead
+    assert query(database_url, "SELECT status FROM workflow_node_jobs WHERE run_id = %s", (run,)) == [{"status": "failed"}]

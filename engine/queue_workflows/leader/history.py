@@ -32,7 +32,8 @@ def ensure_partitions(conn: db.Conn, *, keep_seconds: float, covered: tuple[dt.d
     row = conn.execute(_HISTORY["oldest_movable"], {"keep_seconds": keep_seconds}).fetchone()
     assert row is not None
     oldest, today, kept_from = row["oldest"], row["today"], row["kept_from"]
-    first = today if oldest is None else oldest.astimezone(dt.UTC).date()
+    # A day early: a completed run's skipped node may have finished before its oldest completed one.
+    first = today if oldest is None else oldest.astimezone(dt.UTC).date() - dt.timedelta(days=1)
     if kept_from is not None:
         first = max(first, kept_from)
     first, last = min(first, today), today + dt.timedelta(days=DAYS_AHEAD)

@@ -3,9 +3,14 @@
 -- (0: forever), so a row retention would delete anyway is not moved; %(batch)s caps a move.
 
 -- name: oldest_movable
--- The day the first partition must cover (NULL: nothing to move); read on the finished indexes.
+-- The day the first partition must cover (NULL: nothing to move), walking the finished indexes
+-- past the node rows that stay (a failed run's), so their days get no empty partitions.
 SELECT least((SELECT min(finished_at) FROM ingest_jobs WHERE status IN ('completed', 'failed', 'cancelled')),
-             (SELECT min(finished_at) FROM workflow_node_jobs WHERE status IN ('completed', 'failed', 'cancelled')))
+             (SELECT j.finished_at FROM workflow_node_jobs AS j
+               WHERE j.status IN ('completed', 'failed', 'cancelled')
+                 AND ((j.run_id IS NULL AND j.status = 'completed')
+                      OR EXISTS (SELECT FROM workflow_runs AS r WHERE r.id = j.run_id AND r.status = 'completed'))
+               ORDER BY j.finished_at LIMIT 1))
        AS oldest,
        (now() AT TIME ZONE 'UTC')::date AS today,
        CASE WHEN %(keep_seconds)s > 0 THEN ((now() - make_interval(secs => %(keep_seconds)s)) AT TIME ZONE 'UTC')::date END AS kept_from;
