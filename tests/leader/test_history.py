@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
+
+import psycopg
 
 from procs import TEST_INGEST_QUEUES, query
 
@@ -130,3 +133,18 @@ def test_a_failed_runs_old_nodes_stay_hot_and_get_no_partitions(database_url, co
     assert history.move_once(conn)[0] == {"move_ingest_jobs": 1, "move_standalone_node_jobs": 0, "move_run_node_jobs": 0}
     assert len(partitions(database_url, "workflow_node_jobs_history")) <= 1 + 1 + 1 + history.DAYS_AHEAD  # default, yesterday, today, ahead
     assert query(database_url, "SELECT status FROM workflow_node_jobs WHERE run_id = %s", (run,)) == [{"status": "failed"}]
+
+
+def test_a_drop_behind_an_open_reader_gives_up_in_seconds_and_drops_on_a_later_step(database_url, conn):
+    configure(database_url, history_after_seconds=60, retain_finished_seconds=0)
+    old = finished(database_url, "completed", 24 * 5)
+    history.move_once(conn)
+    configure(database_url, history_after_seconds=60, retain_finished_seconds=3 * 24 * HOUR)
+    with psycopg.connect(database_url) as reader:  # a report with the ingest history open
+        reader.execute("SELECT count(*) FROM ingest_jobs_all").fetchone()
+        began = time.monotonic()
+        retention.prune_once(conn)
+        assert time.monotonic() - began < 4  # one wait of 2 s, then it gives up for this step
+        assert ids(database_url, "ingest_jobs_history") == set(old)  # its day waits for the reader
+    assert retention.prune_once(conn)["drop_history"] >= 1
+    assert ids(database_url, "ingest_jobs_history") == set()

@@ -80,7 +80,9 @@ BEGIN
             EXECUTE format('DROP TABLE %I', part.relname);
             dropped := dropped + 1;
         EXCEPTION WHEN lock_not_available THEN
+            -- A reader holds it: the next step tries again, rather than queue readers behind more drops now.
             RAISE WARNING 'history partition % not dropped now (busy): %', part.relname, SQLERRM;
+            EXIT;
         END;
     END LOOP;
     DELETE FROM ingest_jobs_history_default WHERE ctid = ANY(ARRAY(
