@@ -6,7 +6,6 @@ import threading
 import time
 
 import psycopg
-
 from procs import TEST_INGEST_QUEUES, query
 
 import queue_workflows
