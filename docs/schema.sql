@@ -431,10 +431,17 @@ DECLARE
 BEGIN
     SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY w.per_device_bytes) / 2^30 AS p95, count(*) AS n, min(w.finished_at) AS oldest
       INTO win
-      FROM (SELECT j.peak_vram_bytes / greatest(j.gpus, 1) AS per_device_bytes, j.finished_at FROM workflow_node_jobs AS j
-             WHERE j.required_model = NEW.required_model AND qw_gpu_task(j.node_module, j.node_name) = task_of
-               AND j.status = 'completed' AND j.peak_vram_bytes IS NOT NULL
-             ORDER BY j.finished_at DESC LIMIT 50) AS w;
+      FROM (SELECT s.per_device_bytes, s.finished_at
+              FROM (SELECT * FROM (SELECT j.peak_vram_bytes / greatest(j.gpus, 1) AS per_device_bytes, j.finished_at FROM workflow_node_jobs AS j
+                                    WHERE j.required_model = NEW.required_model AND qw_gpu_task(j.node_module, j.node_name) = task_of
+                                      AND j.status = 'completed' AND j.peak_vram_bytes IS NOT NULL
+                                    ORDER BY j.finished_at DESC LIMIT 50) AS hot
+                    UNION ALL
+                    SELECT * FROM (SELECT j.peak_vram_bytes / greatest(j.gpus, 1), j.finished_at FROM workflow_node_jobs_history AS j
+                                    WHERE j.required_model = NEW.required_model AND qw_gpu_task(j.node_module, j.node_name) = task_of
+                                      AND j.status = 'completed' AND j.peak_vram_bytes IS NOT NULL
+                                    ORDER BY j.finished_at DESC LIMIT 50) AS moved) AS s
+             ORDER BY s.finished_at DESC LIMIT 50) AS w;
     INSERT INTO gpu_task_vram AS t (model_id, task, p95_gb, samples, oldest_at)
     VALUES (NEW.required_model, task_of, win.p95, win.n, win.oldest)
     ON CONFLICT (model_id, task) DO UPDATE
@@ -448,8 +455,7 @@ BEGIN
            oom_at = CASE WHEN win.n >= 50 AND win.oldest > m.oom_at THEN NULL ELSE m.oom_at END,
            updated_at = now();
     RETURN NULL;
-END
-$$;
+END $$;
 
 CREATE FUNCTION public.qw_gpu_need_gb(model text) RETURNS double precision
     LANGUAGE sql STABLE
@@ -472,6 +478,66 @@ CREATE FUNCTION public.qw_gpu_task(node_module text, node_name text) RETURNS tex
     AS $$
     SELECT coalesce(node_module || '/', '') || node_name
 $$;
+
+CREATE FUNCTION public.qw_history_drop_before(p_before timestamp with time zone, p_batch integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET lock_timeout TO '2s'
+    AS $_$
+DECLARE
+    part record;
+    dropped integer := 0;
+BEGIN
+    FOR part IN
+        SELECT c.relname
+          FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent IN ('ingest_jobs_history'::regclass, 'workflow_node_jobs_history'::regclass)
+           AND c.relname ~ '_p[0-9]{8}$'
+           AND (to_date(right(c.relname, 8), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= p_before
+         ORDER BY c.relname
+    LOOP
+        BEGIN
+            EXECUTE format('DROP TABLE %I', part.relname);
+            dropped := dropped + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            -- A reader holds it: the next step tries again, rather than queue readers behind more drops now.
+            RAISE WARNING 'history partition % not dropped now (busy): %', part.relname, SQLERRM;
+            EXIT;
+        END;
+    END LOOP;
+    DELETE FROM ingest_jobs_history_default WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM ingest_jobs_history_default WHERE finished_at < p_before OR finished_at IS NULL LIMIT p_batch));
+    DELETE FROM workflow_node_jobs_history_default WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM workflow_node_jobs_history_default WHERE finished_at < p_before OR finished_at IS NULL LIMIT p_batch));
+    RETURN dropped;
+END $_$;
+
+CREATE FUNCTION public.qw_history_ensure_partitions(p_from date, p_to date) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET lock_timeout TO '2s'
+    AS $$
+DECLARE
+    d date;
+    t text;
+    made integer := 0;
+BEGIN
+    FOR d IN SELECT generate_series(p_from, p_to, interval '1 day')::date LOOP
+        FOREACH t IN ARRAY ARRAY['ingest_jobs_history', 'workflow_node_jobs_history'] LOOP
+            CONTINUE WHEN to_regclass(t || '_p' || to_char(d, 'YYYYMMDD')) IS NOT NULL;
+            BEGIN
+                EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
+                               t || '_p' || to_char(d, 'YYYYMMDD'), t,
+                               (d::timestamp AT TIME ZONE 'UTC'), ((d + 1)::timestamp AT TIME ZONE 'UTC'));
+                made := made + 1;
+            EXCEPTION WHEN check_violation OR lock_not_available THEN
+                -- Rows of that day already sit in the default partition; they stay there until retention.
+                RAISE WARNING 'history partition %_p% not made: %', t, to_char(d, 'YYYYMMDD'), SQLERRM;
+            END;
+        END LOOP;
+    END LOOP;
+    RETURN made;
+END $$;
 
 CREATE FUNCTION public.qw_node_run_tenant() RETURNS trigger
     LANGUAGE plpgsql
@@ -707,6 +773,150 @@ CREATE TABLE public.host_metrics (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.ingest_jobs_history (
+    id bigint NOT NULL,
+    task_name text NOT NULL,
+    queue text NOT NULL,
+    args jsonb NOT NULL,
+    reason text NOT NULL,
+    status text NOT NULL,
+    priority integer NOT NULL,
+    result jsonb,
+    error text,
+    attempts integer NOT NULL,
+    run_after timestamp with time zone NOT NULL,
+    max_attempts integer NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer NOT NULL,
+    dedup_key text,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    batch_suspect boolean NOT NULL,
+    concurrency_key text,
+    flow_scope text,
+    flow_key text,
+    tenant text NOT NULL,
+    oom_requeued boolean NOT NULL
+)
+PARTITION BY RANGE (finished_at);
+
+CREATE VIEW public.ingest_jobs_all AS
+ SELECT ingest_jobs.id,
+    ingest_jobs.task_name,
+    ingest_jobs.queue,
+    ingest_jobs.args,
+    ingest_jobs.reason,
+    ingest_jobs.status,
+    ingest_jobs.priority,
+    ingest_jobs.result,
+    ingest_jobs.error,
+    ingest_jobs.attempts,
+    ingest_jobs.run_after,
+    ingest_jobs.max_attempts,
+    ingest_jobs.claimed_by,
+    ingest_jobs.claim_lock_key,
+    ingest_jobs.lease_expires_at,
+    ingest_jobs.created_at,
+    ingest_jobs.updated_at,
+    ingest_jobs.started_at,
+    ingest_jobs.finished_at,
+    ingest_jobs.watchdog_trips,
+    ingest_jobs.dedup_key,
+    ingest_jobs.cpu_seconds,
+    ingest_jobs.peak_rss_bytes,
+    ingest_jobs.peak_vram_bytes,
+    ingest_jobs.model_load_seconds,
+    ingest_jobs.model_hit,
+    ingest_jobs.wall_seconds,
+    ingest_jobs.batch_suspect,
+    ingest_jobs.concurrency_key,
+    ingest_jobs.flow_scope,
+    ingest_jobs.flow_key,
+    ingest_jobs.tenant,
+    ingest_jobs.oom_requeued
+   FROM public.ingest_jobs
+UNION ALL
+ SELECT ingest_jobs_history.id,
+    ingest_jobs_history.task_name,
+    ingest_jobs_history.queue,
+    ingest_jobs_history.args,
+    ingest_jobs_history.reason,
+    ingest_jobs_history.status,
+    ingest_jobs_history.priority,
+    ingest_jobs_history.result,
+    ingest_jobs_history.error,
+    ingest_jobs_history.attempts,
+    ingest_jobs_history.run_after,
+    ingest_jobs_history.max_attempts,
+    ingest_jobs_history.claimed_by,
+    ingest_jobs_history.claim_lock_key,
+    ingest_jobs_history.lease_expires_at,
+    ingest_jobs_history.created_at,
+    ingest_jobs_history.updated_at,
+    ingest_jobs_history.started_at,
+    ingest_jobs_history.finished_at,
+    ingest_jobs_history.watchdog_trips,
+    ingest_jobs_history.dedup_key,
+    ingest_jobs_history.cpu_seconds,
+    ingest_jobs_history.peak_rss_bytes,
+    ingest_jobs_history.peak_vram_bytes,
+    ingest_jobs_history.model_load_seconds,
+    ingest_jobs_history.model_hit,
+    ingest_jobs_history.wall_seconds,
+    ingest_jobs_history.batch_suspect,
+    ingest_jobs_history.concurrency_key,
+    ingest_jobs_history.flow_scope,
+    ingest_jobs_history.flow_key,
+    ingest_jobs_history.tenant,
+    ingest_jobs_history.oom_requeued
+   FROM public.ingest_jobs_history;
+
+CREATE TABLE public.ingest_jobs_history_default (
+    id bigint NOT NULL,
+    task_name text NOT NULL,
+    queue text NOT NULL,
+    args jsonb NOT NULL,
+    reason text NOT NULL,
+    status text NOT NULL,
+    priority integer NOT NULL,
+    result jsonb,
+    error text,
+    attempts integer NOT NULL,
+    run_after timestamp with time zone NOT NULL,
+    max_attempts integer NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer NOT NULL,
+    dedup_key text,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    batch_suspect boolean NOT NULL,
+    concurrency_key text,
+    flow_scope text,
+    flow_key text,
+    tenant text NOT NULL,
+    oom_requeued boolean NOT NULL
+);
+
 CREATE SEQUENCE public.ingest_jobs_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -738,6 +948,156 @@ CREATE SEQUENCE public.job_events_id_seq
 
 ALTER SEQUENCE public.job_events_id_seq OWNED BY public.job_events.id;
 
+CREATE TABLE public.workflow_node_jobs_history (
+    id bigint NOT NULL,
+    run_id bigint,
+    node_name text NOT NULL,
+    node_module text,
+    queue text NOT NULL,
+    status text NOT NULL,
+    priority integer NOT NULL,
+    required_model text,
+    inputs jsonb NOT NULL,
+    context_delta jsonb,
+    error text,
+    attempts integer NOT NULL,
+    run_after timestamp with time zone NOT NULL,
+    max_attempts integer NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer NOT NULL,
+    input_refs jsonb,
+    budget_seconds double precision,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    unassignable_reason text,
+    batch_suspect boolean NOT NULL,
+    map_node text,
+    map_index integer,
+    map_total integer,
+    wake_at timestamp with time zone,
+    event_key text,
+    retry_policy jsonb,
+    concurrency_key text,
+    flow_scope text,
+    flow_key text,
+    tenant text NOT NULL,
+    vram_gb double precision,
+    gpus integer NOT NULL,
+    gpu_devices text[],
+    vram_reserved_gb double precision,
+    oom_requeued boolean NOT NULL
+)
+PARTITION BY RANGE (finished_at);
+
+CREATE VIEW public.workflow_node_jobs_all AS
+ SELECT workflow_node_jobs.id,
+    workflow_node_jobs.run_id,
+    workflow_node_jobs.node_name,
+    workflow_node_jobs.node_module,
+    workflow_node_jobs.queue,
+    workflow_node_jobs.status,
+    workflow_node_jobs.priority,
+    workflow_node_jobs.required_model,
+    workflow_node_jobs.inputs,
+    workflow_node_jobs.context_delta,
+    workflow_node_jobs.error,
+    workflow_node_jobs.attempts,
+    workflow_node_jobs.run_after,
+    workflow_node_jobs.max_attempts,
+    workflow_node_jobs.claimed_by,
+    workflow_node_jobs.claim_lock_key,
+    workflow_node_jobs.lease_expires_at,
+    workflow_node_jobs.created_at,
+    workflow_node_jobs.updated_at,
+    workflow_node_jobs.started_at,
+    workflow_node_jobs.finished_at,
+    workflow_node_jobs.watchdog_trips,
+    workflow_node_jobs.input_refs,
+    workflow_node_jobs.budget_seconds,
+    workflow_node_jobs.cpu_seconds,
+    workflow_node_jobs.peak_rss_bytes,
+    workflow_node_jobs.peak_vram_bytes,
+    workflow_node_jobs.model_load_seconds,
+    workflow_node_jobs.model_hit,
+    workflow_node_jobs.wall_seconds,
+    workflow_node_jobs.unassignable_reason,
+    workflow_node_jobs.batch_suspect,
+    workflow_node_jobs.map_node,
+    workflow_node_jobs.map_index,
+    workflow_node_jobs.map_total,
+    workflow_node_jobs.wake_at,
+    workflow_node_jobs.event_key,
+    workflow_node_jobs.retry_policy,
+    workflow_node_jobs.concurrency_key,
+    workflow_node_jobs.flow_scope,
+    workflow_node_jobs.flow_key,
+    workflow_node_jobs.tenant,
+    workflow_node_jobs.vram_gb,
+    workflow_node_jobs.gpus,
+    workflow_node_jobs.gpu_devices,
+    workflow_node_jobs.vram_reserved_gb,
+    workflow_node_jobs.oom_requeued
+   FROM public.workflow_node_jobs
+UNION ALL
+ SELECT workflow_node_jobs_history.id,
+    workflow_node_jobs_history.run_id,
+    workflow_node_jobs_history.node_name,
+    workflow_node_jobs_history.node_module,
+    workflow_node_jobs_history.queue,
+    workflow_node_jobs_history.status,
+    workflow_node_jobs_history.priority,
+    workflow_node_jobs_history.required_model,
+    workflow_node_jobs_history.inputs,
+    workflow_node_jobs_history.context_delta,
+    workflow_node_jobs_history.error,
+    workflow_node_jobs_history.attempts,
+    workflow_node_jobs_history.run_after,
+    workflow_node_jobs_history.max_attempts,
+    workflow_node_jobs_history.claimed_by,
+    workflow_node_jobs_history.claim_lock_key,
+    workflow_node_jobs_history.lease_expires_at,
+    workflow_node_jobs_history.created_at,
+    workflow_node_jobs_history.updated_at,
+    workflow_node_jobs_history.started_at,
+    workflow_node_jobs_history.finished_at,
+    workflow_node_jobs_history.watchdog_trips,
+    workflow_node_jobs_history.input_refs,
+    workflow_node_jobs_history.budget_seconds,
+    workflow_node_jobs_history.cpu_seconds,
+    workflow_node_jobs_history.peak_rss_bytes,
+    workflow_node_jobs_history.peak_vram_bytes,
+    workflow_node_jobs_history.model_load_seconds,
+    workflow_node_jobs_history.model_hit,
+    workflow_node_jobs_history.wall_seconds,
+    workflow_node_jobs_history.unassignable_reason,
+    workflow_node_jobs_history.batch_suspect,
+    workflow_node_jobs_history.map_node,
+    workflow_node_jobs_history.map_index,
+    workflow_node_jobs_history.map_total,
+    workflow_node_jobs_history.wake_at,
+    workflow_node_jobs_history.event_key,
+    workflow_node_jobs_history.retry_policy,
+    workflow_node_jobs_history.concurrency_key,
+    workflow_node_jobs_history.flow_scope,
+    workflow_node_jobs_history.flow_key,
+    workflow_node_jobs_history.tenant,
+    workflow_node_jobs_history.vram_gb,
+    workflow_node_jobs_history.gpus,
+    workflow_node_jobs_history.gpu_devices,
+    workflow_node_jobs_history.vram_reserved_gb,
+    workflow_node_jobs_history.oom_requeued
+   FROM public.workflow_node_jobs_history;
+
 CREATE VIEW public.node_events AS
  SELECT e.id,
     j.run_id,
@@ -750,7 +1110,7 @@ CREATE VIEW public.node_events AS
     e.error,
     e.at
    FROM (public.job_events e
-     JOIN public.workflow_node_jobs j ON (((e.job_table = 'workflow_node_jobs'::text) AND (j.id = e.job_id))))
+     JOIN public.workflow_node_jobs_all j ON (((e.job_table = 'workflow_node_jobs'::text) AND (j.id = e.job_id))))
   WHERE (j.run_id IS NOT NULL);
 
 CREATE TABLE public.queue_schema_version (
@@ -976,6 +1336,56 @@ CREATE SEQUENCE public.workflow_input_submissions_id_seq
 
 ALTER SEQUENCE public.workflow_input_submissions_id_seq OWNED BY public.workflow_input_submissions.id;
 
+CREATE TABLE public.workflow_node_jobs_history_default (
+    id bigint NOT NULL,
+    run_id bigint,
+    node_name text NOT NULL,
+    node_module text,
+    queue text NOT NULL,
+    status text NOT NULL,
+    priority integer NOT NULL,
+    required_model text,
+    inputs jsonb NOT NULL,
+    context_delta jsonb,
+    error text,
+    attempts integer NOT NULL,
+    run_after timestamp with time zone NOT NULL,
+    max_attempts integer NOT NULL,
+    claimed_by text,
+    claim_lock_key integer,
+    lease_expires_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    watchdog_trips integer NOT NULL,
+    input_refs jsonb,
+    budget_seconds double precision,
+    cpu_seconds double precision,
+    peak_rss_bytes bigint,
+    peak_vram_bytes bigint,
+    model_load_seconds double precision,
+    model_hit boolean,
+    wall_seconds double precision,
+    unassignable_reason text,
+    batch_suspect boolean NOT NULL,
+    map_node text,
+    map_index integer,
+    map_total integer,
+    wake_at timestamp with time zone,
+    event_key text,
+    retry_policy jsonb,
+    concurrency_key text,
+    flow_scope text,
+    flow_key text,
+    tenant text NOT NULL,
+    vram_gb double precision,
+    gpus integer NOT NULL,
+    gpu_devices text[],
+    vram_reserved_gb double precision,
+    oom_requeued boolean NOT NULL
+);
+
 CREATE SEQUENCE public.workflow_node_jobs_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -1039,6 +1449,10 @@ CREATE SEQUENCE public.workflow_runs_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.workflow_runs_id_seq OWNED BY public.workflow_runs.id;
+
+ALTER TABLE ONLY public.ingest_jobs_history ATTACH PARTITION public.ingest_jobs_history_default DEFAULT;
+
+ALTER TABLE ONLY public.workflow_node_jobs_history ATTACH PARTITION public.workflow_node_jobs_history_default DEFAULT;
 
 ALTER TABLE ONLY public.ingest_jobs ALTER COLUMN id SET DEFAULT nextval('public.ingest_jobs_id_seq'::regclass);
 
@@ -1146,6 +1560,18 @@ CREATE INDEX ingest_jobs_finished_idx ON public.ingest_jobs USING btree (finishe
 
 CREATE INDEX ingest_jobs_flow_running_idx ON public.ingest_jobs USING btree (queue, flow_scope, flow_key) WHERE ((status = 'running'::text) AND (flow_scope IS NOT NULL));
 
+CREATE INDEX ingest_jobs_history_dedup_idx ON ONLY public.ingest_jobs_history USING btree (dedup_key, finished_at) WHERE (dedup_key IS NOT NULL);
+
+CREATE INDEX ingest_jobs_history_default_dedup_key_finished_at_idx ON public.ingest_jobs_history_default USING btree (dedup_key, finished_at) WHERE (dedup_key IS NOT NULL);
+
+CREATE INDEX ingest_jobs_history_finished_idx ON ONLY public.ingest_jobs_history USING btree (finished_at);
+
+CREATE INDEX ingest_jobs_history_default_finished_at_idx ON public.ingest_jobs_history_default USING btree (finished_at);
+
+CREATE INDEX ingest_jobs_history_id_idx ON ONLY public.ingest_jobs_history USING btree (id);
+
+CREATE INDEX ingest_jobs_history_default_id_idx ON public.ingest_jobs_history_default USING btree (id);
+
 CREATE INDEX ingest_jobs_running_idx ON public.ingest_jobs USING btree (lease_expires_at) WHERE (status = 'running'::text);
 
 CREATE INDEX ingest_jobs_scheduled_idx ON public.ingest_jobs USING btree (run_after) WHERE (status = 'scheduled'::text);
@@ -1184,6 +1610,30 @@ CREATE INDEX workflow_node_jobs_gang_idx ON public.workflow_node_jobs USING btre
 
 CREATE INDEX workflow_node_jobs_gpu_devices_idx ON public.workflow_node_jobs USING gin (gpu_devices) WHERE ((status = 'running'::text) AND (gpu_devices IS NOT NULL));
 
+CREATE INDEX workflow_node_jobs_history_vram_idx ON ONLY public.workflow_node_jobs_history USING btree (required_model, public.qw_gpu_task(node_module, node_name), finished_at DESC) WHERE ((status = 'completed'::text) AND (peak_vram_bytes IS NOT NULL));
+
+CREATE INDEX workflow_node_jobs_history_de_required_model_qw_gpu_task_fi_idx ON public.workflow_node_jobs_history_default USING btree (required_model, public.qw_gpu_task(node_module, node_name), finished_at DESC) WHERE ((status = 'completed'::text) AND (peak_vram_bytes IS NOT NULL));
+
+CREATE INDEX workflow_node_jobs_history_model_loads_idx ON ONLY public.workflow_node_jobs_history USING btree (required_model, finished_at DESC) WHERE (NOT model_hit);
+
+CREATE INDEX workflow_node_jobs_history_defa_required_model_finished_at_idx1 ON public.workflow_node_jobs_history_default USING btree (required_model, finished_at DESC) WHERE (NOT model_hit);
+
+CREATE INDEX workflow_node_jobs_history_model_hits_idx ON ONLY public.workflow_node_jobs_history USING btree (required_model, finished_at DESC) WHERE model_hit;
+
+CREATE INDEX workflow_node_jobs_history_defau_required_model_finished_at_idx ON public.workflow_node_jobs_history_default USING btree (required_model, finished_at DESC) WHERE model_hit;
+
+CREATE INDEX workflow_node_jobs_history_finished_idx ON ONLY public.workflow_node_jobs_history USING btree (finished_at);
+
+CREATE INDEX workflow_node_jobs_history_default_finished_at_idx ON public.workflow_node_jobs_history_default USING btree (finished_at);
+
+CREATE INDEX workflow_node_jobs_history_id_idx ON ONLY public.workflow_node_jobs_history USING btree (id);
+
+CREATE INDEX workflow_node_jobs_history_default_id_idx ON public.workflow_node_jobs_history_default USING btree (id);
+
+CREATE INDEX workflow_node_jobs_history_run_idx ON ONLY public.workflow_node_jobs_history USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+CREATE INDEX workflow_node_jobs_history_default_run_id_idx ON public.workflow_node_jobs_history_default USING btree (run_id) WHERE (run_id IS NOT NULL);
+
 CREATE INDEX workflow_node_jobs_map_items_idx ON public.workflow_node_jobs USING btree (run_id, map_node, map_index) WHERE (map_node IS NOT NULL);
 
 CREATE INDEX workflow_node_jobs_map_open_idx ON public.workflow_node_jobs USING btree (run_id, map_node, status) WHERE ((map_node IS NOT NULL) AND (status <> 'completed'::text));
@@ -1217,6 +1667,24 @@ CREATE INDEX workflow_runs_active_idx ON public.workflow_runs USING btree (statu
 CREATE INDEX workflow_runs_finished_idx ON public.workflow_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text]));
 
 CREATE UNIQUE INDEX workflow_runs_parent_node_key ON public.workflow_runs USING btree (parent_run_id, parent_node) WHERE (parent_run_id IS NOT NULL);
+
+ALTER INDEX public.ingest_jobs_history_dedup_idx ATTACH PARTITION public.ingest_jobs_history_default_dedup_key_finished_at_idx;
+
+ALTER INDEX public.ingest_jobs_history_finished_idx ATTACH PARTITION public.ingest_jobs_history_default_finished_at_idx;
+
+ALTER INDEX public.ingest_jobs_history_id_idx ATTACH PARTITION public.ingest_jobs_history_default_id_idx;
+
+ALTER INDEX public.workflow_node_jobs_history_vram_idx ATTACH PARTITION public.workflow_node_jobs_history_de_required_model_qw_gpu_task_fi_idx;
+
+ALTER INDEX public.workflow_node_jobs_history_model_loads_idx ATTACH PARTITION public.workflow_node_jobs_history_defa_required_model_finished_at_idx1;
+
+ALTER INDEX public.workflow_node_jobs_history_model_hits_idx ATTACH PARTITION public.workflow_node_jobs_history_defau_required_model_finished_at_idx;
+
+ALTER INDEX public.workflow_node_jobs_history_finished_idx ATTACH PARTITION public.workflow_node_jobs_history_default_finished_at_idx;
+
+ALTER INDEX public.workflow_node_jobs_history_id_idx ATTACH PARTITION public.workflow_node_jobs_history_default_id_idx;
+
+ALTER INDEX public.workflow_node_jobs_history_run_idx ATTACH PARTITION public.workflow_node_jobs_history_default_run_id_idx;
 
 CREATE TRIGGER ingest_jobs_flow_admit BEFORE UPDATE OF status ON public.ingest_jobs FOR EACH ROW WHEN (((new.status = 'running'::text) AND (old.status <> 'running'::text) AND (new.flow_scope IS NOT NULL))) EXECUTE FUNCTION public.qw_flow_admit();
 
@@ -1326,6 +1794,12 @@ GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_scheduler;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.workflow_node_jobs TO qw_dashboard;
 GRANT SELECT ON TABLE public.workflow_node_jobs TO qw_metrics;
 
+REVOKE ALL ON FUNCTION public.qw_history_drop_before(p_before timestamp with time zone, p_batch integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.qw_history_drop_before(p_before timestamp with time zone, p_batch integer) TO qw_orchestrator;
+
+REVOKE ALL ON FUNCTION public.qw_history_ensure_partitions(p_from date, p_to date) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.qw_history_ensure_partitions(p_from date, p_to date) TO qw_orchestrator;
+
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.flow_keys TO qw_worker;
 GRANT SELECT ON TABLE public.flow_keys TO qw_metrics;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.flow_keys TO qw_orchestrator;
@@ -1362,6 +1836,24 @@ GRANT SELECT ON TABLE public.host_metrics TO qw_scheduler;
 GRANT SELECT ON TABLE public.host_metrics TO qw_dashboard;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.host_metrics TO qw_metrics;
 
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs_history TO qw_worker;
+GRANT SELECT ON TABLE public.ingest_jobs_history TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs_history TO qw_orchestrator;
+GRANT SELECT,INSERT,DELETE ON TABLE public.ingest_jobs_history TO qw_dashboard;
+GRANT SELECT ON TABLE public.ingest_jobs_history TO qw_scheduler;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs_all TO qw_worker;
+GRANT SELECT ON TABLE public.ingest_jobs_all TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs_all TO qw_orchestrator;
+GRANT SELECT ON TABLE public.ingest_jobs_all TO qw_dashboard;
+GRANT SELECT ON TABLE public.ingest_jobs_all TO qw_scheduler;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs_history_default TO qw_worker;
+GRANT SELECT ON TABLE public.ingest_jobs_history_default TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ingest_jobs_history_default TO qw_orchestrator;
+GRANT SELECT ON TABLE public.ingest_jobs_history_default TO qw_dashboard;
+GRANT SELECT ON TABLE public.ingest_jobs_history_default TO qw_scheduler;
+
 GRANT SELECT,USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_worker;
 GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.ingest_jobs_id_seq TO qw_scheduler;
@@ -1377,6 +1869,18 @@ GRANT SELECT,USAGE ON SEQUENCE public.job_events_id_seq TO qw_worker;
 GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_scheduler;
 GRANT USAGE ON SEQUENCE public.job_events_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs_history TO qw_worker;
+GRANT SELECT ON TABLE public.workflow_node_jobs_history TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs_history TO qw_orchestrator;
+GRANT SELECT,INSERT,DELETE ON TABLE public.workflow_node_jobs_history TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_node_jobs_history TO qw_scheduler;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs_all TO qw_worker;
+GRANT SELECT ON TABLE public.workflow_node_jobs_all TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs_all TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_node_jobs_all TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_node_jobs_all TO qw_scheduler;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.node_events TO qw_worker;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.node_events TO qw_orchestrator;
@@ -1504,6 +2008,12 @@ GRANT SELECT,USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_wo
 GRANT USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_orchestrator;
 GRANT USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_scheduler;
 GRANT USAGE ON SEQUENCE public.workflow_input_submissions_id_seq TO qw_dashboard;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs_history_default TO qw_worker;
+GRANT SELECT ON TABLE public.workflow_node_jobs_history_default TO qw_metrics;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.workflow_node_jobs_history_default TO qw_orchestrator;
+GRANT SELECT ON TABLE public.workflow_node_jobs_history_default TO qw_dashboard;
+GRANT SELECT ON TABLE public.workflow_node_jobs_history_default TO qw_scheduler;
 
 GRANT SELECT,USAGE ON SEQUENCE public.workflow_node_jobs_id_seq TO qw_worker;
 GRANT USAGE ON SEQUENCE public.workflow_node_jobs_id_seq TO qw_orchestrator;

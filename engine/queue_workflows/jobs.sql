@@ -11,7 +11,7 @@ RETURNING *;
 -- is one, else a new job. Two enqueuers racing on one key meet at the unique index: the
 -- loser inserts nothing and finds the winner's job with `find_dedup_job`.
 WITH existing AS (
-    SELECT * FROM ingest_jobs
+    SELECT * FROM ingest_jobs_all  -- a job finished within the window may have moved to history
      WHERE dedup_key = %(dedup_key)s
        AND (status IN ('scheduled', 'queued', 'running')
             OR finished_at > now() - make_interval(secs => %(dedup_window_seconds)s))

@@ -68,7 +68,8 @@ def claim_query(table: JobTable, claim_order: str, with_affinity: bool) -> sql.C
     routing: sql.Composable = sql.SQL("")
     reserve: sql.Composable = sql.SQL("")
     if with_affinity:  # a gpu worker: its sole models, then warm ones, then what its plan allows (gpu_routing)
-        plan = sql.SQL(_GPU["gpu_claim_plan"] + "\n").format(table=sql.Identifier(table), head_order=HEAD_ORDER[claim_order])
+        plan = sql.SQL(_GPU["gpu_claim_plan"] + "\n").format(table=sql.Identifier(table), table_all=sql.Identifier(f"{table}_all"),
+                                                           head_order=HEAD_ORDER[claim_order])
         order += [SOLE_FIRST, MODEL_AFFINITY, WARM_AFFINITY, COLD_RANK]
         routing = sql.SQL(_GPU["gpu_routing"])
         reserve = sql.SQL(_GPU["gpu_reserve"] + "\n")

@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     retain_finished_seconds: float = Field(default=7 * 86400.0, ge=0)  # finished jobs and runs
     retain_events_seconds: float = Field(default=30 * 86400.0, ge=0)  # job/node event log, processed outbox rows
     retention_interval_seconds: float = Field(default=60.0, gt=0)
+    # Finished jobs leave the hot tables for day-partitioned history (leader/history.py; 0: never).
+    history_after_seconds: float = Field(default=300.0, ge=0)  # how long a finished job stays hot
     video_model_ids: Annotated[frozenset[str], NoDecode] = frozenset()
     video_budget_s: float = Field(default=1800.0, gt=0)
     stall_timeout_seconds: float = Field(default=120.0, gt=0)

@@ -141,7 +141,7 @@ def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
     totals = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
     with db.transaction() as conn:
         for table, ids in job_ids.items():
-            rows = conn.execute(_DEV.sql("job_status_counts", table), {"ids": ids}).fetchall()
+            rows = conn.execute(_DEV.sql("job_status_counts", f"{table}_all"), {"ids": ids}).fetchall()
             for row in rows:
                 totals[row["status"]] = totals.get(row["status"], 0) + row["n"]
     return totals

@@ -40,10 +40,11 @@ SELECT r.context, j.node_name, j.status, j.context_delta
 SELECT * FROM workflow_runs WHERE id = %(run_id)s;
 
 -- name: dag_run_nodes
--- A run's nodes, never a map's items (`map.progress` counts those).
+-- A run's nodes, never a map's items (`map.progress` counts those); a completed run's may have
+-- moved to history (leader/history.py).
 SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, error, required_model,
        map_total, created_at, started_at, finished_at, wake_at, event_key
-  FROM workflow_node_jobs
+  FROM workflow_node_jobs_all
  WHERE run_id = %(run_id)s AND map_node IS NULL
  ORDER BY finished_at NULLS LAST, id;
 
@@ -51,7 +52,7 @@ SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, erro
 -- The same for a run with a definition, by name: a 100,000-item map costs nothing here.
 SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, error, required_model,
        map_total, created_at, started_at, finished_at, wake_at, event_key
-  FROM workflow_node_jobs
+  FROM workflow_node_jobs_all
  WHERE run_id = %(run_id)s AND node_name = ANY(%(names)s::text[])
  ORDER BY finished_at NULLS LAST, id;
 

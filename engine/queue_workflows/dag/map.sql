@@ -115,7 +115,7 @@ SELECT map_node,
        count(*) FILTER (WHERE status = 'completed') AS done,
        count(*) FILTER (WHERE status = 'running') AS running,
        count(*) FILTER (WHERE status IN ('failed', 'cancelled')) AS failed
-  FROM workflow_node_jobs
+  FROM workflow_node_jobs_all  -- a completed run's items may have moved to history
  WHERE run_id = %(run_id)s AND map_node = ANY(%(nodes)s::text[])
  GROUP BY map_node;
 

@@ -106,11 +106,11 @@ queued_models AS (
                             AND NOT EXISTS (SELECT FROM holding hd WHERE hd.model = q.model AND (hd.worker_id = o.worker_id OR hd.devices && o.devices)))
             ) AS crowded,
             (SELECT avg(d.wall_seconds) FROM (
-                 SELECT f.wall_seconds FROM {table} AS f
+                 SELECT f.wall_seconds FROM {table_all} AS f  -- a model's recent jobs, moved to history or not
                   WHERE f.required_model = q.model AND f.model_hit AND f.finished_at IS NOT NULL
                   ORDER BY f.finished_at DESC LIMIT 20) AS d) AS job_seconds,
             (SELECT avg(d.model_load_seconds) FROM (
-                 SELECT f.model_load_seconds FROM {table} AS f
+                 SELECT f.model_load_seconds FROM {table_all} AS f
                   WHERE f.required_model = q.model AND NOT f.model_hit AND f.finished_at IS NOT NULL
                   ORDER BY f.finished_at DESC LIMIT 5) AS d) AS load_seconds
        FROM queued_models AS q

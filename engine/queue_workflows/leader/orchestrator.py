@@ -28,6 +28,7 @@ from queue_workflows.errors import DatabaseUnreachableError
 from queue_workflows.fair.sweep import TenantSweep
 from queue_workflows.leader import reclaim
 from queue_workflows.leader.cluster_metrics import ClusterMetrics
+from queue_workflows.leader.history import HistoryMover
 from queue_workflows.leader.leadership import Elector, Term
 from queue_workflows.leader.retention import Retention
 from queue_workflows.settings import Settings
@@ -109,6 +110,7 @@ def lead(term: Term, elector: Elector, stop_event: threading.Event, metrics: Clu
         "qw-dag-keeper": RunKeeper(stop_event=term.ended, guard=term.guard).run_forever,  # input listener, reconcile
         "qw-timekeeper": Timekeeper(stop_event=term.ended, guard=term.guard).run_forever,  # sleeps, event waits, events
         "qw-retention": Retention(stop_event=term.ended, guard=term.guard).run_forever,  # finished rows past their window
+        "qw-history": HistoryMover(stop_event=term.ended, guard=term.guard).run_forever,  # finished jobs leave the hot tables
         "qw-tenants": TenantSweep(stop_event=term.ended, guard=term.guard).run_forever,  # tenants with nothing queued leave the claim's walk
     }
     threads = [threading.Thread(target=target, name=name, daemon=True) for name, target in services.items()]

@@ -2,7 +2,8 @@
 
 Finished jobs and runs are kept `QW_RETAIN_FINISHED_SECONDS` (a run goes with its nodes, outbox
 events and input submissions), the event log and processed outbox rows
-`QW_RETAIN_EVENTS_SECONDS`; 0 keeps them forever. One batch per table per step, each step its
+`QW_RETAIN_EVENTS_SECONDS`; 0 keeps them forever. Jobs the history mover moved go a whole day
+partition at a time (`drop_history`, counted in partitions). One batch per table per step, each step its
 own short transaction, so the claim path never waits behind a long delete; a backlog of old
 rows is worked off step after step, `pause` apart, so pruning a million rows takes a share of
 the server rather than all of it.
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 _RETENTION = sqlfile.load("queue_workflows.leader", "retention.sql")
 FINISHED = {"prune_ingest_jobs": _RETENTION["prune_ingest_jobs"], "prune_node_jobs": _RETENTION["prune_node_jobs"],
-            "prune_runs": _RETENTION["prune_runs"]}
+            "prune_runs": _RETENTION["prune_runs"], "drop_history": _RETENTION["drop_history"]}
 EVENTS = {"prune_job_events": _RETENTION["prune_job_events"], "prune_dispatch_events": _RETENTION["prune_dispatch_events"],
           "prune_workflow_events": _RETENTION["prune_workflow_events"], "prune_worker_exits": _RETENTION["prune_worker_exits"]}
 
@@ -35,7 +36,8 @@ def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:
         if keep <= 0:
             continue
         for name, statement in names.items():
-            deleted[name] = conn.execute(statement, {"keep_seconds": keep, "batch": batch}).rowcount
+            cursor = conn.execute(statement, {"keep_seconds": keep, "batch": batch})
+            deleted[name] = cursor.fetchone()["dropped"] if name == "drop_history" else cursor.rowcount  # type: ignore[index]
     return deleted
 
 

@@ -49,3 +49,8 @@ DELETE FROM qw_worker_exits WHERE id IN (
     SELECT id FROM qw_worker_exits
      WHERE at < now() - make_interval(secs => %(keep_seconds)s)
      ORDER BY at LIMIT %(batch)s);
+
+-- name: drop_history
+-- Moved jobs (leader/history.py) go a whole day's partition at a time, once all of that day is
+-- past the window; the rows that never moved are the deletes above.
+SELECT qw_history_drop_before(now() - make_interval(secs => %(keep_seconds)s), %(batch)s) AS dropped;

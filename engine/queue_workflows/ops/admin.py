@@ -43,7 +43,7 @@ def resolve(ref: str, conn: db.Conn | None = None) -> tuple[JobTable, dict[str, 
         raise InvalidNameError(f"job reference {shown(ref)} is invalid: use ID, ingest:ID or node:ID")
     family, job_id = match.group(1), int(match.group(2))
     tables = [FAMILIES[family]] if family else [INGEST_TABLE, NODE_TABLE]
-    found = [(t, rows[0]) for t in tables if (rows := _rows(conn, _ADMIN.sql("get_job", t), {"job_id": job_id}))]
+    found = [(t, rows[0]) for t in tables if (rows := _rows(conn, _ADMIN.sql("get_job", f"{t}_all"), {"job_id": job_id}))]
     if not found:
         raise JobNotFoundError(f"no job {ref}")
     if len(found) > 1:
@@ -120,6 +120,8 @@ def retry_job(ref: str, conn: db.Conn | None = None) -> dict[str, Any]:
             if run is not None and run["status"] in ("failed", "cancelled"):
                 raise JobNotFoundError(f"job {ref} is a node of workflow run {run_id}, which is {run['status']}: a node of an ended run "
                                        f"cannot be retried alone; restart the run instead (qw restart {run_id})")
+        if table == INGEST_TABLE:
+            cur.execute(_ADMIN.sql("restore_ingest_job"), {"job_id": row["id"]})
         done = cur.execute(_ADMIN.sql("operator_retry_job", table), {"job_id": row["id"]}).fetchall()
     if not done:
         raise JobNotFoundError(f"job {ref} is {row['status']}: only failed or cancelled jobs can be retried")

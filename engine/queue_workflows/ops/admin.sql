@@ -10,22 +10,29 @@ SELECT h.worker_id, h.host_label, h.queue, h.pid, h.state, h.current_job_id, h.s
  ORDER BY h.host_label, h.queue, h.worker_id;
 
 -- name: list_jobs
+-- Hot and moved jobs alike (leader/history.py).
 SELECT * FROM (
     SELECT 'ingest' AS family, id, queue, task_name AS name, status, attempts, max_attempts, watchdog_trips,
            claimed_by, created_at, started_at, finished_at, error
-      FROM ingest_jobs
+      FROM ingest_jobs_all
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s) AND (%(status)s::text IS NULL OR status = %(status)s)
     UNION ALL
     SELECT 'node', id, queue, node_name, status, attempts, max_attempts, watchdog_trips,
            claimed_by, created_at, started_at, finished_at, error
-      FROM workflow_node_jobs
+      FROM workflow_node_jobs_all
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s) AND (%(status)s::text IS NULL OR status = %(status)s)
 ) jobs
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: get_job
+-- `{table}` is a job table's `_all` view: a job that moved to history is found too.
 SELECT * FROM {table} WHERE id = %(job_id)s;
+
+-- name: restore_ingest_job
+-- A retried job that moved to history comes back to the hot table first, whole.
+WITH back AS (DELETE FROM ingest_jobs_history WHERE id = %(job_id)s RETURNING *)
+INSERT INTO ingest_jobs SELECT * FROM back;
 
 -- name: job_events_for
 SELECT from_status, to_status, attempts, worker_id, error, at
@@ -58,7 +65,7 @@ SELECT r.id, r.workflow_name, r.status, r.created_at, r.finished_at, r.error, r.
        count(n.id) AS nodes_started,
        coalesce(jsonb_array_length(r.definition -> 'nodes'), 0) AS nodes_total
   FROM workflow_runs r
-  LEFT JOIN workflow_node_jobs n ON n.run_id = r.id AND n.map_node IS NULL  -- a map's items are not nodes of the run
+  LEFT JOIN workflow_node_jobs_all n ON n.run_id = r.id AND n.map_node IS NULL  -- a map's items are not nodes of the run; a completed run's may have moved
  WHERE %(status)s::text IS NULL OR r.status = %(status)s
  GROUP BY r.id
  ORDER BY r.id DESC

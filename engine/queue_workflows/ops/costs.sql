@@ -4,19 +4,19 @@
 -- Finished jobs of both families in [since, until), grouped by one key, plus a totals row
 -- (the empty grouping set). Each side's status list and finished_at range match its partial
 -- finished index (ingest_jobs_finished_idx, workflow_node_jobs_outcome_idx), so a narrow window
--- reads only its own rows. GPU-seconds are wall seconds times the GPUs a gpu-queue node held.
+-- reads only its own rows; the `_all` views add the moved jobs (history's finished_at partitions). GPU-seconds are wall seconds times the GPUs a gpu-queue node held.
 WITH finished AS (
     SELECT tenant, queue, task_name AS task, NULL::text AS model, split_part(claimed_by, ':', 1) AS host,
            status, cpu_seconds, wall_seconds, 0::double precision AS gpu_seconds, peak_vram_bytes, peak_rss_bytes,
            model_load_seconds, model_hit
-      FROM ingest_jobs
+      FROM ingest_jobs_all
      WHERE status IN ('completed', 'failed', 'cancelled')
        AND finished_at >= %(since)s AND finished_at < %(until)s
     UNION ALL
     SELECT tenant, queue, qw_gpu_task(node_module, node_name), required_model, split_part(claimed_by, ':', 1),
            status, cpu_seconds, wall_seconds, CASE WHEN queue = 'gpu' THEN wall_seconds * gpus ELSE 0 END,
            peak_vram_bytes, peak_rss_bytes, model_load_seconds, model_hit
-      FROM workflow_node_jobs
+      FROM workflow_node_jobs_all
      WHERE status IN ('completed', 'failed', 'cancelled')
        AND finished_at >= %(since)s AND finished_at < %(until)s
 ), keyed AS (

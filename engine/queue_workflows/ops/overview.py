@@ -62,7 +62,7 @@ def throughput(conn: db.Conn | None = None) -> dict[str, dict[str, Any]]:
     """Per queue: jobs completed in the last 1, 5 and 15 minutes, failed in the last 15, and completions per minute (oldest first)."""
     out: dict[str, dict[str, Any]] = {}
     for table in (NODE_TABLE, INGEST_TABLE):
-        for row in _rows(conn, _OVERVIEW.sql("overview_throughput", table), {}):
+        for row in _rows(conn, _OVERVIEW.sql("overview_throughput", f"{table}_all"), {}):
             entry = out.setdefault(row["queue"], empty_throughput())
             minute, n = min(max(int(row["minutes_ago"]), 0), THROUGHPUT_MINUTES - 1), int(row["n"])
             if row["status"] == JobStatus.FAILED:

@@ -20,6 +20,7 @@ SELECT NULL, c.host_label, c.queue, NULL, NULL, NULL, NULL, NULL, NULL, false, N
 
 -- name: overview_throughput
 -- Finished jobs per queue and minute over the last 15 minutes (the finished_at index of 0019 bounds it).
+-- `{table}` is a job table's `_all` view: jobs finished minutes ago may have moved to history.
 SELECT queue, status, floor(extract(epoch FROM now() - finished_at) / 60)::int AS minutes_ago, count(*) AS n
   FROM {table}
  WHERE finished_at > now() - interval '15 minutes' AND status IN ('completed', 'failed')
@@ -33,20 +34,20 @@ SELECT id, workflow_name, status, error, priority, definition, created_at, finis
 SELECT id, node_name, queue, status, attempts, max_attempts, watchdog_trips, required_model, error,
        claimed_by, created_at, started_at, finished_at,
        extract(epoch FROM coalesce(finished_at, now()) - started_at)::float AS duration_s
-  FROM workflow_node_jobs WHERE run_id = %(run_id)s AND map_node IS NULL ORDER BY id;  -- a map's items: run_status's progress
+  FROM workflow_node_jobs_all WHERE run_id = %(run_id)s AND map_node IS NULL ORDER BY id;  -- a map's items: run_status's progress
 
 -- name: overview_search_jobs
 -- list_jobs with a task-name filter (a case-insensitive substring, no LIKE wildcards).
 SELECT * FROM (
     SELECT 'ingest' AS family, id, queue, task_name AS name, status, attempts, max_attempts,
            claimed_by, created_at, started_at, finished_at, error
-      FROM ingest_jobs
+      FROM ingest_jobs_all
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s) AND (%(status)s::text IS NULL OR status = %(status)s)
        AND (%(task)s::text IS NULL OR strpos(lower(task_name), lower(%(task)s)) > 0)
     UNION ALL
     SELECT 'node', id, queue, node_name, status, attempts, max_attempts,
            claimed_by, created_at, started_at, finished_at, error
-      FROM workflow_node_jobs
+      FROM workflow_node_jobs_all
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s) AND (%(status)s::text IS NULL OR status = %(status)s)
        AND (%(task)s::text IS NULL OR strpos(lower(node_name), lower(%(task)s)) > 0)
 ) jobs

@@ -117,7 +117,7 @@ class OutcomeCounter:
         spent: list[tuple[tuple[str, str, str], float]] = []
         with conn.transaction():
             for family, table in FAMILIES:
-                for r in conn.execute(_TELEMETRY.sql("metrics_finished_between", table), {"since": self._since, "until": until}):
+                for r in conn.execute(_TELEMETRY.sql("metrics_finished_between", f"{table}_all"), {"since": self._since, "until": until}):
                     counted.append(((family, r["queue"], r["status"]), r["n"]))
                     spent.extend(((family, r["queue"], cost), float(r[cost])) for cost in COSTS)
         for key, n in counted:  # only once every table was read: a failure mid-way counts nothing twice

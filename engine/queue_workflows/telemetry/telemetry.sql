@@ -33,6 +33,7 @@ SELECT extract(epoch FROM now())::float - %(lag_seconds)s AS until;
 
 -- name: metrics_finished_between
 -- With what those jobs cost (queue_workflows.worker.usage; NULL for jobs that recorded nothing).
+-- `{table}` is a job table's `_all` view, so a job moved to history before a scrape still counts.
 SELECT queue, status, count(*) AS n, coalesce(sum(cpu_seconds), 0) AS cpu_seconds,
        coalesce(sum(wall_seconds), 0) AS wall_seconds, count(*) FILTER (WHERE model_hit = false) AS model_loads,
        coalesce(sum(model_load_seconds), 0) AS model_load_seconds
