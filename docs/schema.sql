@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0052 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0054 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -287,6 +287,7 @@ CREATE TABLE public.ingest_jobs (
     flow_key text,
     tenant text DEFAULT 'default'::text NOT NULL,
     oom_requeued boolean DEFAULT false NOT NULL,
+    trace_context jsonb,
     CONSTRAINT ingest_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
@@ -346,6 +347,7 @@ CREATE TABLE public.workflow_node_jobs (
     gpu_devices text[],
     vram_reserved_gb double precision,
     oom_requeued boolean DEFAULT false NOT NULL,
+    trace_context jsonb,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT workflow_node_jobs_gpus_range CHECK (((gpus >= 1) AND (gpus <= 64))),
@@ -1003,6 +1005,7 @@ CREATE TABLE public.workflow_runs (
     parent_node text,
     depth integer DEFAULT 0 NOT NULL,
     tenant text DEFAULT 'default'::text NOT NULL,
+    trace_context jsonb,
     CONSTRAINT workflow_runs_depth_check CHECK ((depth >= 0)),
     CONSTRAINT workflow_runs_parent_pair CHECK (((parent_run_id IS NULL) = (parent_node IS NULL))),
     CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),

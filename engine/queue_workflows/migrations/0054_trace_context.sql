@@ -1,0 +1,7 @@
+-- Traces from enqueue to task (docs/tracing.md): the W3C trace context (`{"traceparent": ..., "tracestate": ...}`)
+-- of the span that enqueued a job, so the worker's claim, model load and run spans join that trace on
+-- any host. Null when the enqueuer was not tracing (the default). A DAG run keeps its own, which its
+-- node rows and child runs copy when they are dispatched.
+ALTER TABLE ingest_jobs ADD COLUMN trace_context jsonb;
+ALTER TABLE workflow_node_jobs ADD COLUMN trace_context jsonb;
+ALTER TABLE workflow_runs ADD COLUMN trace_context jsonb;
