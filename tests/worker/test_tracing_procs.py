@@ -5,7 +5,6 @@ other processes claim, load a model and run; every span reaches a real OTLP/HTTP
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
