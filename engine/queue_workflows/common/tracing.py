@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPO
 
 _backend: Any = None  # tracing_otel.Backend once on
 _env_on: bool | None = None  # what the environment says, read once per process
+_init_lock = threading.Lock()
 
 
 def env_configured(env: Mapping[str, str] | None = None) -> bool:
@@ -40,11 +42,13 @@ def _active() -> Any:
     if _backend is not None:
         return _backend
     if _env_on is None:
-        _env_on = env_configured() and importlib.util.find_spec("opentelemetry.sdk") is not None
-        if _env_on:
-            from queue_workflows.common import tracing_otel
+        with _init_lock:  # one provider per process, whichever thread enqueues first
+            if _env_on is None and env_configured() and importlib.util.find_spec("opentelemetry.sdk") is not None:
+                from queue_workflows.common import tracing_otel
 
-            _backend = tracing_otel.Backend.from_env()
+                _backend = tracing_otel.Backend.from_env()
+            _env_on = _backend is not None
+        if _backend is not None:
             return _backend
     if "opentelemetry.trace" not in sys.modules:
         return None
@@ -145,6 +149,9 @@ def trace_id_of(carrier: Mapping[str, Any] | None) -> str | None:
 
 
 def flush(timeout_seconds: float = 2.0) -> None:
-    """Export what is buffered now (before a hard exit, which skips the exporter's own at-exit flush)."""
+    """Export what is buffered now (before a hard exit, which skips the exporter's own at-exit flush); never raises."""
     if _backend is not None:
-        _backend.flush(timeout_seconds)
+        try:
+            _backend.flush(timeout_seconds)
+        except Exception:  # noqa: BLE001 - a process on its way out must leave whatever the exporter does
+            pass

@@ -178,6 +178,7 @@ class ClaimWorker:
                     conn.execute(_WORKER.sql("delete_heartbeat"), {"worker_id": self.worker_id})
                 log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
             finally:
+                tracing.flush(1.0)  # os._exit skips the exporter's own flush
                 logging.shutdown()
                 os._exit(exits.EXIT_OK)
 

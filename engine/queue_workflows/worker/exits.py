@@ -129,8 +129,5 @@ def exit_now(code: int, reason: str) -> None:
         except Exception:  # noqa: BLE001 - leaving anyway
             pass
     sys.stderr.flush()
-    try:
-        tracing.flush(1.0)  # the spans that ended (the job's claim): os._exit skips the exporter's own flush
-    except Exception:  # noqa: BLE001 - leaving anyway
-        pass
+    tracing.flush(1.0)  # the spans that ended (the job's claim): os._exit skips the exporter's own flush
     os._exit(code)
