@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for mode in modes:  # a warm-up round each, not counted: the first drain on a database runs cold
                 drain(procs, urls[mode], mode, max(50, jobs // 10), engine if mode == "before" else None, endpoint)
-            for _ in range(rounds):
-                for mode in modes:
+            for r in range(rounds):
+                for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode takes each place in turn
                     rates[mode].append(drain(procs, urls[mode], mode, jobs, engine if mode == "before" else None, endpoint))
         finally:
             for url in {urls["before"], urls["off"]} - {""}:
