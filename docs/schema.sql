@@ -287,6 +287,7 @@ CREATE TABLE public.ingest_jobs (
     flow_key text,
     tenant text DEFAULT 'default'::text NOT NULL,
     oom_requeued boolean DEFAULT false NOT NULL,
+    trace_context jsonb,
     CONSTRAINT ingest_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT ingest_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT ingest_jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
@@ -346,6 +347,7 @@ CREATE TABLE public.workflow_node_jobs (
     gpu_devices text[],
     vram_reserved_gb double precision,
     oom_requeued boolean DEFAULT false NOT NULL,
+    trace_context jsonb,
     CONSTRAINT workflow_node_jobs_budget_seconds_check CHECK ((budget_seconds > (0)::double precision)),
     CONSTRAINT workflow_node_jobs_concurrency_key_check CHECK ((length(concurrency_key) <= 200)),
     CONSTRAINT workflow_node_jobs_gpus_range CHECK (((gpus >= 1) AND (gpus <= 64))),
@@ -806,7 +808,8 @@ CREATE TABLE public.ingest_jobs_history (
     flow_scope text,
     flow_key text,
     tenant text NOT NULL,
-    oom_requeued boolean NOT NULL
+    oom_requeued boolean NOT NULL,
+    trace_context jsonb
 )
 PARTITION BY RANGE (finished_at);
 
@@ -843,7 +846,8 @@ CREATE VIEW public.ingest_jobs_all AS
     ingest_jobs.flow_scope,
     ingest_jobs.flow_key,
     ingest_jobs.tenant,
-    ingest_jobs.oom_requeued
+    ingest_jobs.oom_requeued,
+    ingest_jobs.trace_context
    FROM public.ingest_jobs
 UNION ALL
  SELECT ingest_jobs_history.id,
@@ -878,7 +882,8 @@ UNION ALL
     ingest_jobs_history.flow_scope,
     ingest_jobs_history.flow_key,
     ingest_jobs_history.tenant,
-    ingest_jobs_history.oom_requeued
+    ingest_jobs_history.oom_requeued,
+    ingest_jobs_history.trace_context
    FROM public.ingest_jobs_history;
 
 CREATE TABLE public.ingest_jobs_history_default (
@@ -914,7 +919,8 @@ CREATE TABLE public.ingest_jobs_history_default (
     flow_scope text,
     flow_key text,
     tenant text NOT NULL,
-    oom_requeued boolean NOT NULL
+    oom_requeued boolean NOT NULL,
+    trace_context jsonb
 );
 
 CREATE SEQUENCE public.ingest_jobs_id_seq
@@ -995,7 +1001,8 @@ CREATE TABLE public.workflow_node_jobs_history (
     gpus integer NOT NULL,
     gpu_devices text[],
     vram_reserved_gb double precision,
-    oom_requeued boolean NOT NULL
+    oom_requeued boolean NOT NULL,
+    trace_context jsonb
 )
 PARTITION BY RANGE (finished_at);
 
@@ -1046,7 +1053,8 @@ CREATE VIEW public.workflow_node_jobs_all AS
     workflow_node_jobs.gpus,
     workflow_node_jobs.gpu_devices,
     workflow_node_jobs.vram_reserved_gb,
-    workflow_node_jobs.oom_requeued
+    workflow_node_jobs.oom_requeued,
+    workflow_node_jobs.trace_context
    FROM public.workflow_node_jobs
 UNION ALL
  SELECT workflow_node_jobs_history.id,
@@ -1095,7 +1103,8 @@ UNION ALL
     workflow_node_jobs_history.gpus,
     workflow_node_jobs_history.gpu_devices,
     workflow_node_jobs_history.vram_reserved_gb,
-    workflow_node_jobs_history.oom_requeued
+    workflow_node_jobs_history.oom_requeued,
+    workflow_node_jobs_history.trace_context
    FROM public.workflow_node_jobs_history;
 
 CREATE VIEW public.node_events AS
@@ -1383,7 +1392,8 @@ CREATE TABLE public.workflow_node_jobs_history_default (
     gpus integer NOT NULL,
     gpu_devices text[],
     vram_reserved_gb double precision,
-    oom_requeued boolean NOT NULL
+    oom_requeued boolean NOT NULL,
+    trace_context jsonb
 );
 
 CREATE SEQUENCE public.workflow_node_jobs_id_seq
@@ -1435,6 +1445,7 @@ CREATE TABLE public.workflow_runs (
     parent_node text,
     depth integer DEFAULT 0 NOT NULL,
     tenant text DEFAULT 'default'::text NOT NULL,
+    trace_context jsonb,
     CONSTRAINT workflow_runs_depth_check CHECK ((depth >= 0)),
     CONSTRAINT workflow_runs_parent_pair CHECK (((parent_run_id IS NULL) = (parent_node IS NULL))),
     CONSTRAINT workflow_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'awaiting_input'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),

@@ -8,11 +8,12 @@ makes this several times cheaper per row than binding parameters one by one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from queue_workflows import config, db
-from queue_workflows.common import sqlfile
+from queue_workflows.common import sqlfile, tracing
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.node_queue import _INGEST_ARGS, _bulk_item_params
 from queue_workflows.payloads import json_text
@@ -34,7 +35,13 @@ def copy_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None 
         items = list(jobs)
     except TypeError:
         raise InvalidPayloadError(f"jobs must be an iterable of mappings, not {type(jobs).__name__}") from None
+    with tracing.enqueue_span("ingest", "*", None, count=len(items)) as span:
+        return _copy(items, conn, span.carrier)
+
+
+def _copy(items: list[Any], conn: db.Conn | None, carrier: Mapping[str, str] | None) -> int:
     max_bytes = config.current().settings.max_payload_bytes
+    trace = None if carrier is None else json.dumps(dict(carrier)).translate(_ESCAPES)
     prefixes: dict[tuple[Any, ...], str] = {}
     lines = []
     for index, job in enumerate(items):
@@ -42,7 +49,7 @@ def copy_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None 
         prefix = prefixes.get(key) if key is not None else None
         if prefix is None:
             params = _bulk_item_params(index, job)  # every check, with the item's label on any error
-            prefix = prefixes.setdefault(key, _columns(params)) if key is not None else _columns(params)
+            prefix = prefixes.setdefault(key, _columns(params, trace)) if key is not None else _columns(params, trace)
             args = params["args"].obj if params["args"] is not None else {}
         else:
             args = job.get("args") or {}
@@ -52,7 +59,8 @@ def copy_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None 
             raise type(exc)(f"job #{index}: {exc} [task {job['task_name']!r}]") from None
         lines.append(prefix.replace("\x00ARGS\x00", text.translate(_ESCAPES)))
     if lines:
-        with db.transaction(conn) as c, c.cursor() as cur, cur.copy(_JOBS.sql("copy_ingest_jobs")) as copy:
+        statement = _JOBS.sql("copy_ingest_jobs") if trace is None else _JOBS.sql("copy_ingest_jobs_traced")
+        with db.transaction(conn) as c, c.cursor() as cur, cur.copy(statement) as copy:
             copy.write("".join(lines))
     return len(lines)
 
@@ -69,7 +77,9 @@ def _shape(job: object) -> tuple[Any, ...] | None:
     return key
 
 
-def _columns(params: Mapping[str, Any]) -> str:
-    """One COPY text line in `_INGEST_ARGS` order, args left as a marker filled per item."""
+def _columns(params: Mapping[str, Any], trace: str | None) -> str:
+    """One COPY text line in `_INGEST_ARGS` order, args left as a marker filled per item, then the trace context if any."""
     cells = ["\x00ARGS\x00" if k == "args" else "\\N" if params[k] is None else str(params[k]).translate(_ESCAPES) for k in _INGEST_ARGS]
+    if trace is not None:
+        cells.append(trace)
     return "\t".join(cells) + "\n"

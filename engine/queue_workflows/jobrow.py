@@ -60,6 +60,7 @@ class JobRow:
     flow_key: str | None = None  # the key it was admitted under
     tenant: str = "default"  # whose job it is, for fair share (docs/flow_control.md)
     oom_requeued: bool = False  # a GPU out-of-memory already requeued it once, uncharged (docs/gpu.md)
+    trace_context: dict[str, Any] | None = None  # the W3C context of the span that enqueued it (docs/tracing.md)
 
     table: ClassVar[str]
 

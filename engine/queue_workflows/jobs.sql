@@ -2,8 +2,8 @@
 -- `{table}` and `{result_column}` are bound only to a job table's fixed identifiers (common.sqlfile); values are parameters.
 
 -- name: enqueue_ingest_job
-INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concurrency_key, tenant)
-VALUES (%(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s, %(concurrency_key)s, %(tenant)s)
+INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concurrency_key, tenant, trace_context)
+VALUES (%(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s, %(concurrency_key)s, %(tenant)s, %(trace_context)s)
 RETURNING *;
 
 -- name: enqueue_ingest_job_once
@@ -18,8 +18,9 @@ WITH existing AS (
      ORDER BY id DESC
      LIMIT 1
 ), inserted AS (
-    INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, dedup_key, concurrency_key, tenant)
-    SELECT %(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s, %(dedup_key)s, %(concurrency_key)s, %(tenant)s
+    INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, dedup_key, concurrency_key, tenant, trace_context)
+    SELECT %(task_name)s, %(queue)s, %(args)s, %(reason)s, %(priority)s, %(max_attempts)s, %(dedup_key)s, %(concurrency_key)s, %(tenant)s,
+           %(trace_context)s
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('scheduled', 'queued', 'running') DO NOTHING
     RETURNING *
@@ -35,24 +36,30 @@ SELECT * FROM ingest_jobs
  LIMIT 1;
 
 -- name: enqueue_ingest_jobs
-INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concurrency_key, tenant)
-SELECT * FROM unnest(%(task_name)s::text[], %(queue)s::text[], %(args)s::jsonb[], %(reason)s::text[],
-                     %(priority)s::integer[], %(max_attempts)s::integer[], %(concurrency_key)s::text[], %(tenant)s::text[])
+-- The items of one call share its enqueue span's trace context.
+INSERT INTO ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concurrency_key, tenant, trace_context)
+SELECT u.*, %(trace_context)s::jsonb
+  FROM unnest(%(task_name)s::text[], %(queue)s::text[], %(args)s::jsonb[], %(reason)s::text[],
+              %(priority)s::integer[], %(max_attempts)s::integer[], %(concurrency_key)s::text[], %(tenant)s::text[]) AS u
 RETURNING *;
 
 -- name: enqueue_node_job
 -- A run_id naming no run inserts nothing (instead of a foreign-key error that would abort the
 -- caller's transaction); a run made earlier in the caller's own transaction is seen.
 INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, priority, required_model, inputs, max_attempts, retry_policy,
-                                concurrency_key, tenant, vram_gb, gpus)
+                                concurrency_key, tenant, vram_gb, gpus, trace_context)
 SELECT %(run_id)s::bigint, %(node_name)s, %(node_module)s, %(queue)s, %(priority)s, %(required_model)s, %(inputs)s, %(max_attempts)s,
-       %(retry_policy)s, %(concurrency_key)s, %(tenant)s, %(vram_gb)s, %(gpus)s
+       %(retry_policy)s, %(concurrency_key)s, %(tenant)s, %(vram_gb)s, %(gpus)s, %(trace_context)s
  WHERE %(run_id)s::bigint IS NULL OR EXISTS (SELECT 1 FROM workflow_runs WHERE id = %(run_id)s::bigint)
 RETURNING *;
 
 -- name: copy_ingest_jobs
 -- Bulk enqueue of validated rows (node_queue.copy_ingest_jobs), columns in _INGEST_ARGS order.
 COPY ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concurrency_key, tenant) FROM STDIN;
+
+-- name: copy_ingest_jobs_traced
+-- The same inside a trace: each line ends with the call's trace context (docs/tracing.md).
+COPY ingest_jobs (task_name, queue, args, reason, priority, max_attempts, concurrency_key, tenant, trace_context) FROM STDIN;
 
 -- name: mark_completed
 UPDATE {table}

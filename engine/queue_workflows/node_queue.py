@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from queue_workflows import callables, config, db, jobstore, tasks
-from queue_workflows.common import retry_policy, sqlfile
+from queue_workflows.common import retry_policy, sqlfile, tracing
 from queue_workflows.dag import hooks
 from queue_workflows.errors import InvalidNameError, InvalidPayloadError, QueueWorkflowsError, ReservedQueueError, UnknownQueueError
 from queue_workflows.fair.tenants import DEFAULT_TENANT, check_tenant
@@ -137,22 +137,30 @@ def enqueue_ingest_job(
     """
     params = _ingest_params(task_name, queue, args, reason=reason, priority=priority, max_attempts=max_attempts,
                             concurrency_key=concurrency_key, tenant=tenant)
-    if dedup_key is None:
-        row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_ingest_job"), params))
-    else:
+    if dedup_key is not None:
         params["dedup_key"] = check_text(dedup_key, what="dedup_key", max_chars=200)
         params["dedup_window_seconds"] = config.current().settings.dedup_window_seconds
-        with db.transaction(conn) as c:
-            for _ in range(3):  # nothing back: we lost the race at the unique index; look again
-                row = jobstore.fetch_one(c, (_JOBS.sql("enqueue_ingest_job_once"), params))
-                if row is not None:
-                    break
-                row = jobstore.fetch_one(c, (_JOBS.sql("find_dedup_job"), params))
-                if row is not None:
-                    break
+    with tracing.enqueue_span("ingest", queue, task_name) as span:
+        params["trace_context"] = span.column
+        row = _insert_ingest(conn, params)
+        span.job(row)
     if row is None:
         raise InvalidPayloadError(f"dedup_key {shown(dedup_key)}: could not settle which job holds it; enqueue again")
     return row
+
+
+def _insert_ingest(conn: db.Conn | None, params: dict[str, Any]) -> Row | None:
+    if "dedup_key" not in params:
+        return jobstore.fetch_one(conn, (_JOBS.sql("enqueue_ingest_job"), params))
+    with db.transaction(conn) as c:
+        for _ in range(3):  # nothing back: we lost the race at the unique index; look again
+            row = jobstore.fetch_one(c, (_JOBS.sql("enqueue_ingest_job_once"), params))
+            if row is not None:
+                return row
+            row = jobstore.fetch_one(c, (_JOBS.sql("find_dedup_job"), params))
+            if row is not None:
+                return row
+    return None
 
 
 def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | None = None) -> list[Row]:
@@ -171,8 +179,9 @@ def enqueue_ingest_jobs(jobs: Iterable[Mapping[str, Any]], *, conn: db.Conn | No
             batch[key].append(value)
     if not batch["task_name"]:
         return []
-    with db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_JOBS.sql("enqueue_ingest_jobs"), batch).fetchall()
+    with tracing.enqueue_span("ingest", ",".join(sorted(set(batch["queue"]))), None, count=len(batch["queue"])) as span, \
+            db.transaction(conn) as c, c.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_JOBS.sql("enqueue_ingest_jobs"), {**batch, "trace_context": span.column}).fetchall()
     return sorted(rows, key=lambda row: row["id"])
 
 
@@ -252,7 +261,10 @@ def enqueue_node_job(
     callables.check_plain_node(node_module or node_name)  # by name, importing nothing
     if check_callable:
         _check_resolvable(node_module or node_name)
-    row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_node_job"), params))
+    with tracing.enqueue_span("node", queue, node_module or node_name, run_id=run_id) as span:
+        params["trace_context"] = span.column
+        row = jobstore.fetch_one(conn, (_JOBS.sql("enqueue_node_job"), params))
+        span.job(row)
     if row is None:  # the INSERT is conditional on the run: nothing written, the caller's transaction intact
         raise InvalidPayloadError(f"run_id {run_id} does not exist (no workflow_runs row visible to this transaction)")
     return row

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 JOB_FIELDS = ("job_id", "run_id", "queue", "host", "trace_id")
-"""Keys every JSON line has (null outside a job; trace_id stays null until tracing exists)."""
+"""Keys every JSON line has (null outside a job; trace_id: the job's trace, null when it has none, docs/tracing.md)."""
 
 _job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("qw_log_job", default=None)
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", *JOB_FIELDS}

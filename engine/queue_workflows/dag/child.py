@@ -53,8 +53,15 @@ def start(cur: Any, run: Mapping[str, Any], node: Node, scope: refs.Scope) -> in
     row = cur.execute(_CHILD["child_insert_run"], {
         "workflow_name": definition["name"], "context": context, "definition": Jsonb(definition),
         "priority": run["priority"], "parent_run_id": run["id"], "parent_node": node.id, "depth": run["depth"] + 1,
+        "trace_context": trace_column(run),  # the child's nodes join the parent run's trace
     }).fetchone()
     return row["id"] if row else None
+
+
+def trace_column(run: Mapping[str, Any]) -> Jsonb | None:
+    """The run's stored trace context (docs/tracing.md), for a row it dispatches."""
+    carrier = run.get("trace_context")
+    return Jsonb(carrier) if carrier else None
 
 
 def _prepare(cur: Any, run: Mapping[str, Any], node: Node, scope: refs.Scope) -> tuple[dict[str, Any], Jsonb]:

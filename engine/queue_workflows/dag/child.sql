@@ -5,8 +5,9 @@ SELECT count(*) AS n FROM workflow_runs WHERE parent_run_id = %(run_id)s;
 
 -- name: child_insert_run
 -- At most one child per parent node (a unique index): a repeated dispatch starts nothing.
-INSERT INTO workflow_runs (workflow_name, status, context, definition, priority, parent_run_id, parent_node, depth)
-VALUES (%(workflow_name)s, 'running', %(context)s, %(definition)s, %(priority)s, %(parent_run_id)s, %(parent_node)s, %(depth)s)
+INSERT INTO workflow_runs (workflow_name, status, context, definition, priority, parent_run_id, parent_node, depth, trace_context)
+VALUES (%(workflow_name)s, 'running', %(context)s, %(definition)s, %(priority)s, %(parent_run_id)s, %(parent_node)s, %(depth)s,
+        %(trace_context)s)
 ON CONFLICT (parent_run_id, parent_node) WHERE parent_run_id IS NOT NULL DO NOTHING
 RETURNING id;
 

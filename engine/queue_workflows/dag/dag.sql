@@ -1,8 +1,8 @@
 -- Named queries of the DAG runner (queue_workflows.dag.store / .outbox).
 
 -- name: dag_insert_run
-INSERT INTO workflow_runs (workflow_name, status, context, definition, priority, tenant)
-VALUES (%(workflow_name)s, 'running', %(context)s, %(definition)s, %(priority)s, %(tenant)s)
+INSERT INTO workflow_runs (workflow_name, status, context, definition, priority, tenant, trace_context)
+VALUES (%(workflow_name)s, 'running', %(context)s, %(definition)s, %(priority)s, %(tenant)s, %(trace_context)s)
 RETURNING id;
 
 -- name: dag_lock_run
@@ -14,7 +14,8 @@ SELECT * FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
 -- name: dag_lock_run_head
 -- The same lock for dispatch, without the definition and context: a wide run's definition is
 -- parsed once per process (store._parsed), and the context is read only when a reference needs it.
-SELECT id, status, priority, depth, created_at, definition IS NOT NULL AS has_definition
+-- Its trace context is what the nodes it dispatches carry (docs/tracing.md).
+SELECT id, status, priority, depth, created_at, definition IS NOT NULL AS has_definition, trace_context
   FROM workflow_runs WHERE id = %(run_id)s FOR NO KEY UPDATE;
 
 -- name: dag_run_definition
@@ -59,10 +60,11 @@ SELECT id, node_name, queue, status, attempts, max_attempts, context_delta, erro
 -- name: dag_insert_node
 -- Never twice: the unique (run_id, node_name) makes a repeated dispatch insert nothing.
 INSERT INTO workflow_node_jobs (run_id, node_name, node_module, queue, status, priority, required_model,
-                                inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, gpus, vram_gb, finished_at)
+                                inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, gpus, vram_gb, finished_at,
+                                trace_context)
 VALUES (%(run_id)s, %(node_name)s, %(node_module)s, %(queue)s, %(status)s, %(priority)s, %(required_model)s,
         %(inputs)s, %(input_refs)s, %(max_attempts)s, %(budget_seconds)s, %(retry_policy)s, %(concurrency_key)s, %(gpus)s, %(vram_gb)s,
-        CASE WHEN %(status)s = 'skipped' THEN now() END)
+        CASE WHEN %(status)s = 'skipped' THEN now() END, %(trace_context)s)
 ON CONFLICT (run_id, node_name) DO NOTHING;
 
 -- name: dag_cancel_nodes

@@ -72,10 +72,11 @@ WITH src AS MATERIALIZED (
         %(default)s::jsonb) AS list
 )
 INSERT INTO workflow_node_jobs (run_id, node_name, map_node, map_index, node_module, queue, status, priority,
-                                required_model, inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, gpus, vram_gb)
+                                required_model, inputs, input_refs, max_attempts, budget_seconds, retry_policy, concurrency_key, gpus, vram_gb,
+                                trace_context)
 SELECT p.run_id, p.node_name || '[' || i || ']', p.node_name, i, p.node_module, p.queue, 'queued', p.priority,
        p.required_model, p.inputs || jsonb_build_object(%(item_input)s::text, src.list -> i), p.input_refs,
-       p.max_attempts, p.budget_seconds, p.retry_policy, p.concurrency_key, p.gpus, p.vram_gb
+       p.max_attempts, p.budget_seconds, p.retry_policy, p.concurrency_key, p.gpus, p.vram_gb, p.trace_context
   FROM workflow_node_jobs p, src, generate_series(%(start)s::int, %(stop)s::int - 1) AS i
  WHERE p.run_id = %(run_id)s AND p.node_name = %(node)s
  ORDER BY i

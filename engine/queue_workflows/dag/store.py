@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from queue_workflows import config, db
-from queue_workflows.common import sqlfile
+from queue_workflows.common import sqlfile, tracing
 from queue_workflows.dag import child, dispatcher, hooks, refs, timers
 from queue_workflows.dag import map as mapping
 from queue_workflows.dag.definition import Workflow, WorkflowValidationError
@@ -63,9 +63,10 @@ def start_run(
         "tenant": check_tenant(tenant),
     }
     check_start_refs(wf, dict(context or {}))
-    with db.transaction(conn) as c, all_or_nothing(c) if conn is not None else nullcontext(), c.cursor(row_factory=dict_row) as cur:
+    with tracing.enqueue_span("run", "dag", wf.name) as span, db.transaction(conn) as c, \
+            all_or_nothing(c) if conn is not None else nullcontext(), c.cursor(row_factory=dict_row) as cur:
         # a pooled connection of our own commits on exit and rolls back on any error: no savepoint needed
-        run_id: int = cur.execute(_DAG["dag_insert_run"], params).fetchone()["id"]  # type: ignore[index]
+        run_id: int = cur.execute(_DAG["dag_insert_run"], {**params, "trace_context": span.column}).fetchone()["id"]  # type: ignore[index]
         advance_run(c, run_id)
     return run_id
 
@@ -242,6 +243,7 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
     nodes = wf.by_id()
     params = []
     held = []
+    trace = child.trace_column(run)  # the run's nodes share its trace
     for node_id, status in [(n, JobStatus.QUEUED) for n in step.enqueue] + [(n, JobStatus.SKIPPED) for n in step.skip]:
         node = nodes[node_id]
         if status == JobStatus.QUEUED and node.is_timer:  # a sleep or an event wait: 'waiting', the timekeeper's
@@ -259,7 +261,7 @@ def _apply(cur: Any, run: Mapping[str, Any], wf: Workflow, step: dispatcher.Step
             "status": status, "priority": run["priority"], "required_model": node.model,
             "inputs": Jsonb(inputs), "input_refs": Jsonb(late), "max_attempts": node.max_attempts,
             "budget_seconds": node.budget_seconds, "retry_policy": _policy(node), "concurrency_key": node.concurrency_key,
-            "gpus": node.gpus, "vram_gb": node.vram_gb,
+            "gpus": node.gpus, "vram_gb": node.vram_gb, "trace_context": trace,
         })
     if params:
         cur.executemany(_DAG["dag_insert_node"], params)

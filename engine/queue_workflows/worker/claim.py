@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from queue_workflows import config, db, jobstore, node_queue
-from queue_workflows.common import sqlfile
+from queue_workflows.common import sqlfile, tracing
 from queue_workflows.common.health_stamp import HealthStamp
 from queue_workflows.common.retry_policy import exception_names
 from queue_workflows.common.text import first_line
@@ -91,6 +91,8 @@ class ClaimWorker:
         self.meter = UsageMeter(vram=self.gpu is not None, sample_seconds=self.settings.gpu_vram_sample_seconds)
         self._usage: Usage | None = None
         self._claim_cache: tuple[Any, list[jobstore.Statement]] | None = None
+        self._claim_ns = 0  # when the latest claim was sent, and its span (docs/tracing.md; None while tracing is off)
+        self._claim_span: Any = None
         if self.gpu is not None:
             self.beat.gpu_fields = self.gpu.heartbeat_fields
 
@@ -176,6 +178,7 @@ class ClaimWorker:
                     conn.execute(_WORKER.sql("delete_heartbeat"), {"worker_id": self.worker_id})
                 log.warning("job %s %s; exiting", job_id, "requeued" if released else "was no longer ours")
             finally:
+                tracing.flush(1.0)  # os._exit skips the exporter's own flush
                 logging.shutdown()
                 os._exit(exits.EXIT_OK)
 
@@ -200,8 +203,10 @@ class ClaimWorker:
         job = self.session.run(self._claim_and_start) if self._may_claim() else None
         while job is not None:
             current = job
-            with job_log_fields(current):  # its model load, outcome and report name it in the logs too
+            with tracing.run_span(current, self.worker_id, self.settings.host_label, self._claim_span) as span, \
+                    job_log_fields(current):  # its model load, outcome and report name it (and its trace) in the logs too
                 outcome, elapsed = self._execute(current)
+                span.outcome(outcome.status, outcome.error, outcome.exception)
                 if outcome.gpu_error == "device":  # the process's GPU context is suspect: hand the job on and leave
                     self.beat.trip_current_job(Trip(exits.EXIT_DEVICE_ERROR, f"GPU device error: {(outcome.error or '').splitlines()[-1:]}"))
                 self.beat.job_returned()
@@ -249,7 +254,7 @@ class ClaimWorker:
 
     def _claim_and_start(self, conn: Any) -> Job | None:
         with self.beat.committing():  # a trip sees the claimed job as running from its commit on
-            sent_at = self.beat.now_fn()
+            sent_at, self._claim_ns = self.beat.now_fn(), tracing.clock()
             if (job := self._claim(conn)) is not None:
                 self._started(job, sent_at)
             return job
@@ -257,6 +262,7 @@ class ClaimWorker:
     def _started(self, job: Job, sent_at: float) -> None:
         """The claimed job is running from here: its lease (counted from `sent_at`, before the claim went out) is renewed and its watchdogs armed."""
         self._job = job
+        self._claim_span = tracing.claim_span(job, self._claim_ns, self.worker_id, self.settings.host_label)
         self.beat.job_started(self.table, job.id, budget_for(job, self.settings), timeout=retry.timeout_for(job, self.settings), claimed_at=sent_at)
 
     def _execute(self, job: Job) -> tuple[Outcome, float]:
@@ -274,7 +280,10 @@ class ClaimWorker:
         if self.gpu is None:
             return run_node_job(job, execute.load_context(job, url=self.url)), None
         try:
-            acquired = self.gpu.acquire(job)
+            with tracing.model_load_span(job.required_model) if job.required_model else tracing.NO_SPAN as load:
+                acquired = self.gpu.acquire(job)
+                if acquired is not None:
+                    load.loaded(acquired.hit, acquired.load_seconds)
         except ModelLoadError as exc:
             return Outcome(JobStatus.FAILED, error=str(exc), exception=exception_names(type(exc))), None
         self.current_model = self.gpu.most_recent()  # the claim prefers its jobs next
@@ -342,7 +351,7 @@ class ClaimWorker:
             statements.append(jobstore.mark_statement(self.table, outcome.status, job.id, result=outcome.result, worker_id=self.worker_id))
         claim = self._claim_statements() if self._may_claim() else []
         statements.extend(claim)
-        sent_at = self.beat.now_fn()
+        sent_at, self._claim_ns = self.beat.now_fn(), tracing.clock()
         cursors = db.one_round_trip(conn, statements)
         rows = [cursor.fetchone() for cursor in cursors[prefix:len(cursors) - len(claim)]]
         self._job = None

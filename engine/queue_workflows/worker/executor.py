@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from queue_workflows import callables, config, tasks
-from queue_workflows.common import logjson
+from queue_workflows.common import logjson, tracing
 from queue_workflows.common.retry_policy import exception_names
 from queue_workflows.errors import InvalidPayloadError, QueueWorkflowsError
 from queue_workflows.gpu.errors import GpuErrorKind, classify, output_tail
@@ -65,8 +65,9 @@ def _checked_result(value: Any, what: str) -> Any:
 
 
 def job_log_fields(job: Job) -> contextlib.AbstractContextManager[None]:
-    """What every log record the job's code (and the worker, about it) emits names: the job, its run, queue and host."""
-    return logjson.job_fields(job_id=job.id, run_id=getattr(job, "run_id", None), queue=job.queue, host=config.current().settings.host_label)
+    """What every log record the job's code (and the worker, about it) emits names: the job, its run, queue, host and trace."""
+    return logjson.job_fields(job_id=job.id, run_id=getattr(job, "run_id", None), queue=job.queue, host=config.current().settings.host_label,
+                              trace_id=tracing.job_trace_id(job))
 
 
 def run_ingest_job(job: IngestJob) -> Outcome:

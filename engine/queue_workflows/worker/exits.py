@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import psutil
 
+from queue_workflows.common import tracing
 from queue_workflows.pooler import EXIT_TRANSACTION_POOLER
 
 log = logging.getLogger(__name__)
@@ -128,4 +129,5 @@ def exit_now(code: int, reason: str) -> None:
         except Exception:  # noqa: BLE001 - leaving anyway
             pass
     sys.stderr.flush()
+    tracing.flush(1.0)  # the spans that ended (the job's claim): os._exit skips the exporter's own flush
     os._exit(code)

@@ -12,8 +12,9 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import Any, Literal
 
+from queue_workflows.common import tracing
 from queue_workflows.dag.execute import load_context
 from queue_workflows.jobrow import IngestJob, Job
 from queue_workflows.worker.executor import Outcome, run_ingest_job, run_ingest_job_async, run_node_job
@@ -38,6 +39,7 @@ class BatchRunner:
         self.concurrency = concurrency
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="qw-batch") if mode == "threads" else None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.span: Callable[[Job], Any] = lambda job: tracing.NO_SPAN  # around each job's run (the worker's tracing.run_span)
 
     def run(self, jobs: Sequence[Job], *, start: Start, finish: Finish, stop: threading.Event) -> list[Ran | None]:
         """Each job as it started and its outcome, in order; None for a job not started (`stop` was set first, or `start` refused it)."""
@@ -50,7 +52,9 @@ class BatchRunner:
     def _one(self, job: Job, start: Start, finish: Finish, stop: threading.Event) -> Ran | None:
         if stop.is_set() or (started := start(job)) is None:
             return None
-        outcome = run_ingest_job(started) if isinstance(started, IngestJob) else run_node_job(started, load_context(started))
+        with self.span(started) as span:
+            outcome = run_ingest_job(started) if isinstance(started, IngestJob) else run_node_job(started, load_context(started))
+            span.outcome(outcome.status, outcome.error, outcome.exception)
         finish(started, outcome)
         return started, outcome
 
@@ -71,7 +75,9 @@ class BatchRunner:
                 if stop.is_set() or (started := start(job)) is None:  # a start record is one short round trip: it may block the loop
                     return None
                 assert isinstance(started, IngestJob)  # async batches are refused for node jobs (__init__)
-                outcome = await run_ingest_job_async(started)
+                with self.span(started) as span:
+                    outcome = await run_ingest_job_async(started)
+                    span.outcome(outcome.status, outcome.error, outcome.exception)
                 finish(started, outcome)
                 return started, outcome
 

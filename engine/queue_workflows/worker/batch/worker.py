@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from queue_workflows import db, jobstore, queries
-from queue_workflows.common import sqlfile
+from queue_workflows.common import sqlfile, tracing
 from queue_workflows.common.text import first_line
 from queue_workflows.errors import ConfigError
 from queue_workflows.jobrow import JobStatus, job_from_row
@@ -77,6 +77,7 @@ class BatchWorker(ClaimWorker):
             self.runner = BatchRunner(node_jobs=self.is_node_queue, mode=mode, concurrency=concurrency)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        self.runner.span = lambda job: tracing.run_span(job, self.worker_id, self.settings.host_label, self._claim_span, linked=True)
         self._batch: list[Job] = []
         self._ledger: BatchLedger | None = None
         self._claim_sent_at: float | None = None
@@ -107,6 +108,7 @@ class BatchWorker(ClaimWorker):
 
     def _claim_batch(self, conn: Any) -> list[Job]:
         self._claim_sent_at = self.beat.now_fn()  # the batch's lease counts from here (LivenessBeat.job_started)
+        self._claim_ns = tracing.clock()
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(*self._claim_statement_batch()).fetchall()
             if not rows and jobstore.promote_due(conn, self.table, self.queue):
@@ -120,6 +122,8 @@ class BatchWorker(ClaimWorker):
 
     def _run_batch(self, jobs: list[Job]) -> list[tuple[Job, Outcome] | None]:
         self._batch, self._job = jobs, jobs[0]
+        # One claim span for the batch, linked to each job's trace; each run is a span of its job's own trace.
+        self._claim_span = tracing.batch_claim_span(jobs, self._claim_ns, self.worker_id, self.settings.host_label)
         self._ledger = BatchLedger(jobs, self._outcome_statements, self._charge_statement)
         if not self.progress.is_alive():
             self.progress.start()
@@ -221,7 +225,7 @@ class BatchWorker(ClaimWorker):
                 claim_next = self._may_claim()
                 if claim_next:
                     statements.append(self._claim_statement_batch())
-                    self._claim_sent_at = self.beat.now_fn()
+                    self._claim_sent_at, self._claim_ns = self.beat.now_fn(), tracing.clock()
                 cursors = db.one_round_trip(conn, statements)
                 next_jobs = [job_from_row(row) for row in cursors[-1].fetchall()] if claim_next else []
             except psycopg.OperationalError:
