@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import psycopg
 
 import queue_workflows
@@ -17,6 +20,16 @@ def _digests(url: str) -> dict[str, object]:
     with psycopg.connect(url) as conn:
         out: dict[str, object] = {t: conn.execute(DIGEST.format(t)).fetchone() for t in ("ingest_jobs", "workflow_node_jobs", "job_events")}
     return out
+
+
+def _chain_to(version: int, into: Path) -> Path:
+    """The migrations up to `version` alone: a later one may add a column, which waits for the reader by nature."""
+    for migration in db.discover():
+        if migration.version <= version:
+            for path in (migration.up, migration.down):
+                if path is not None:
+                    shutil.copy(path, into)
+    return into
 
 
 def _populate(url: str) -> None:
@@ -40,7 +53,7 @@ def _populate(url: str) -> None:
                      "SELECT 'workflow_node_jobs', id, 'running', status, 1 FROM workflow_node_jobs")
 
 
-def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scratch_database_url, monkeypatch):
+def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scratch_database_url, monkeypatch, tmp_path):
     url = scratch_database_url
     monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=5s")  # a migration that waits on the reader fails, rather than hangs
     before = max(v for v in ALL if v < HISTORY)
@@ -52,7 +65,7 @@ def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scrat
     with psycopg.connect(url) as reader:  # a report holding a snapshot does not hold the migration or the mover up
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         seen = reader.execute("SELECT count(*) FROM ingest_jobs").fetchone()
-        assert db.bootstrap(url=url) == [v for v in ALL if v > before]
+        assert db.bootstrap(url=url, migrations_dir=_chain_to(HISTORY, tmp_path)) == [HISTORY]
         assert _digests(url) == original  # the migration itself moves nothing
         with db.connect(autocommit=True, url=url) as conn:
             steps = 0
@@ -61,6 +74,7 @@ def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scrat
         assert steps >= 10  # batch by batch
         assert reader.execute("SELECT count(*) FROM ingest_jobs").fetchone() == seen
         reader.rollback()
+    assert db.bootstrap(url=url) == [v for v in ALL if v > HISTORY]
     with psycopg.connect(url) as conn:
         hot = dict(conn.execute("SELECT status, count(*) FROM ingest_jobs GROUP BY status").fetchall())
         assert hot == {"queued": 1, "running": 1, "scheduled": 1}
@@ -72,5 +86,5 @@ def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scrat
         assert conn.execute("SELECT count(*) FROM ingest_jobs_all").fetchone() == (20003,)
     assert db.downgrade(before, url=url) == [v for v in ALL if v > before][::-1]
     assert _digests(url) == original
-    assert db.bootstrap(url=url) == [v for v in ALL if v > before]
+    assert db.bootstrap(url=url, migrations_dir=_chain_to(HISTORY, tmp_path)) == [HISTORY]  # later ones add columns to every row's text
     assert _digests(url) == original
