@@ -79,6 +79,11 @@ def test_the_section_turns_prometheus_on(head):
 
 
 def test_the_documented_queries_answer(head):
+    def scraped_once() -> bool:
+        found = api(head, "/api/v1/targets?state=active")["activeTargets"]
+        return bool(found) and all(not t["lastScrape"].startswith("0001-") for t in found)
+
+    poll("a first scrape of every target (up answers nothing before it, as the section says)", scraped_once, 60, 1)
     queries = blocks()[1]
     ran = head.run(queries.code, queries.where, timeout=120)
     assert 'job="qw-hw-metrics"' in ran.stdout and 'host="head"' in ran.stdout, ran.stdout[-3000:]
