@@ -59,7 +59,7 @@ done
 bash .ci/standin-images.sh
 
 # The images install from a wheelhouse built here, as an air-gapped site does (deploy/README.md).
-pip wheel -q -w docker/wheelhouse '.[metrics,gpu,dashboard]' 'setuptools>=64' wheel
+pip wheel -q -w docker/wheelhouse '.[metrics,gpu,dashboard,otel]' 'setuptools>=64' wheel
 rm -f docker/wheelhouse/queue_workflows-*.whl
 export QW_BUILD_FLAGS="--network host"
 started=$SECONDS
