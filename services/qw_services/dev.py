@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import queue_workflows
-from queue_workflows import ConfigError, app_loader, db, scheduler
+from queue_workflows import ConfigError, app_loader, db, node_queue, scheduler
 from queue_workflows.common import sqlfile
 from queue_workflows.ops.status import status_data
 from queue_workflows.settings import load_settings
@@ -141,7 +141,8 @@ def _demo_totals(job_ids: dict[str, list[int]]) -> dict[str, int]:
     totals = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
     with db.transaction() as conn:
         for table, ids in job_ids.items():
-            rows = conn.execute(_DEV.sql("job_status_counts", f"{table}_all"), {"ids": ids}).fetchall()
+            view = f"{table}_all" if table in (node_queue.INGEST_TABLE, node_queue.NODE_TABLE) else table  # runs never move
+            rows = conn.execute(_DEV.sql("job_status_counts", view), {"ids": ids}).fetchall()
             for row in rows:
                 totals[row["status"]] = totals.get(row["status"], 0) + row["n"]
     return totals

@@ -80,7 +80,7 @@ def test_order_by_is_built_only_from_fixed_fragments(database_url):
                 assert fragment in text
                 text = text.replace(fragment, "")
             if affinity:
-                plan = sql.SQL(_GPU["gpu_claim_plan"]).format(table=sql.Identifier("ingest_jobs"),
+                plan = sql.SQL(_GPU["gpu_claim_plan"]).format(table=sql.Identifier("ingest_jobs"), table_all=sql.Identifier("ingest_jobs_all"),
                                                                      head_order=queries.HEAD_ORDER[order]).as_string(None)
                 assert text.startswith("WITH RECURSIVE " + plan)
                 text = text[len("WITH RECURSIVE " + plan):]
