@@ -110,6 +110,8 @@ class Worker:
         self.producer = db.connect(url=self.system.url)
         self.watch = psycopg.connect(self.system.url, autocommit=True)
 
+        self.to_claim: list[float] = []  # producer's COMMIT -> the claim statement's start (started_at), on the host's wall clock
+
     def sample(self) -> float:
         """Seconds from just before the enqueue's COMMIT to the job's code starting on the worker."""
         from queue_workflows.worker.idle_baton import BATON_NAMESPACE
@@ -119,10 +121,13 @@ class Worker:
                            interval=0.002, what="the idle worker holding the baton")
         gap()
         job_id = int(node_queue.enqueue_ingest_job("stamp", "fetch", reason="bench", conn=self.producer)["id"])
-        sent = time.monotonic()
+        sent, sent_wall = time.monotonic(), time.time()
         self.producer.commit()
         time.sleep(0.02)  # no polling while the wake is in flight: the bare side's producer only blocks in a read
-        return testing.wait_until(lambda: self._stamp(job_id), timeout=10, interval=0.005, what=f"stamp job {job_id}") - sent
+        started = testing.wait_until(lambda: self._stamp(job_id), timeout=10, interval=0.005, what=f"stamp job {job_id}") - sent
+        claimed_at = self.watch.execute("SELECT extract(epoch FROM started_at) FROM ingest_jobs WHERE id = %s", (job_id,)).fetchone()[0]  # type: ignore[index]
+        self.to_claim.append(float(claimed_at) - sent_wall)
+        return started
 
     def _stamp(self, job_id: int) -> float | None:
         row = self.watch.execute("SELECT status, result FROM ingest_jobs WHERE id = %s", (job_id,)).fetchone()
@@ -142,6 +147,7 @@ class Worker:
 
 
 PATHS = ("worker", "bare", "bare + claim")
+TO_CLAIM = "worker: to its claim's start"
 
 
 def measure(server_url: str, procs: Procs, samples: int, timeout: float) -> tuple[dict[str, list[float]], str]:
@@ -161,6 +167,7 @@ def measure(server_url: str, procs: Procs, samples: int, timeout: float) -> tupl
             if time.monotonic() > deadline:
                 note = f"stopped after {len(out['worker'])} samples ({timeout:.0f} s limit)"
                 break
+        out[TO_CLAIM] = opened["worker"].to_claim  # type: ignore[union-attr]
         return out, note
     finally:
         for path in opened.values():

@@ -11,7 +11,9 @@ table truncated and checkpointed before each pass:
              worker does: every enqueue NOTIFYs (the worst case)
   no ready   the ready trigger (`ingest_jobs_ready_on_insert`, the only one that can NOTIFY on an
              insert) disabled: the issue's "same inserts with no trigger at all" baseline
-  no user    every user trigger on ingest_jobs disabled (the tenants bookkeeping too): shown, not a target
+  ready only the tenants trigger (`ingest_jobs_tenants_inserted`, fair-share bookkeeping) disabled,
+             the ready trigger on: what the ready trigger alone costs against `no user`
+  no user    every user trigger on ingest_jobs disabled: the issue's words taken literally
 
 Each ratio is taken within one round (adjacent passes), then the median and range of the rounds.
 pgbench replaces the earlier Python producer processes: 32 of them saturated two cores at
@@ -46,7 +48,8 @@ from common import Procs, percentile
 from queue_workflows.common import sqlfile
 
 READY_TRIGGER = "ingest_jobs_ready_on_insert"
-CONFIGS = ("quiet", "waiting", "no ready", "no user")
+TENANTS_TRIGGER = "ingest_jobs_tenants_inserted"
+CONFIGS = ("quiet", "waiting", "no ready", "ready only", "no user")
 RESULTS = common.BENCH_DIR / "results"
 INSERT_TRIGGERS = ("SELECT tgname FROM pg_trigger WHERE tgrelid = 'ingest_jobs'::regclass AND NOT tgisinternal "
                    "AND tgtype & 4 = 4 ORDER BY tgname")  # TRIGGER_TYPE_INSERT
@@ -118,6 +121,8 @@ def one_pass(binary: str, url: str, script: str, defines: list[str], config: str
         conn.execute("ALTER TABLE ingest_jobs ENABLE TRIGGER USER")
         if config == "no ready":
             conn.execute(f"ALTER TABLE ingest_jobs DISABLE TRIGGER {READY_TRIGGER}")
+        elif config == "ready only":
+            conn.execute(f"ALTER TABLE ingest_jobs DISABLE TRIGGER {TENANTS_TRIGGER}")
         elif config == "no user":
             conn.execute("ALTER TABLE ingest_jobs DISABLE TRIGGER USER")
         conn.execute("CHECKPOINT")  # each pass starts from the same WAL state
@@ -196,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             with psycopg.connect(url, autocommit=True) as conn:
                 triggers = [r[0] for r in conn.execute(INSERT_TRIGGERS).fetchall()]
             print(f"   insert triggers on ingest_jobs: {', '.join(triggers)}; 'no ready' disables {READY_TRIGGER},"
-                  " 'no user' all of them", flush=True)
+                  f" 'ready only' {TENANTS_TRIGGER}, 'no user' all of them", flush=True)
             measured = rates(url, binary, clients, seconds, repeats)
         finally:
             common.drop_database(server_url, url)
@@ -205,20 +210,21 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, failures, summary = [], [], {}
     for n, rounds in measured.items():
-        quiet, waiting, no_user = (ratio_stats(rounds, c, "no ready") for c in ("quiet", "waiting", "no user"))
-        q_user = ratio_stats(rounds, "quiet", "no user")
+        quiet, waiting = (ratio_stats(rounds, c, "no ready") for c in ("quiet", "waiting"))
+        ready_only, q_user = (ratio_stats(rounds, c, "no user") for c in ("ready only", "quiet"))
         tps = {c: common.median([r[c]["tps"] for r in rounds]) for c in CONFIGS}
         notify = {c: common.median([r[c]["notify_share"] for r in rounds]) for c in ("quiet", "waiting")}
         rows.append([n, *(f"{tps[c]:,.0f}" for c in CONFIGS), f"{quiet[0]:.2f}x ({quiet[1]:.2f}-{quiet[2]:.2f})",
-                     f"{waiting[0]:.2f}x ({waiting[1]:.2f}-{waiting[2]:.2f})", f"{q_user[0]:.2f}x ({q_user[1]:.2f}-{q_user[2]:.2f})",
+                     f"{waiting[0]:.2f}x ({waiting[1]:.2f}-{waiting[2]:.2f})", f"{ready_only[0]:.2f}x ({ready_only[1]:.2f}-{ready_only[2]:.2f})",
+                     f"{q_user[0]:.2f}x ({q_user[1]:.2f}-{q_user[2]:.2f})",
                      f"{notify['quiet']:.0%} / {notify['waiting']:.0%}"])
-        summary[n] = {"tps": tps, "quiet/no ready": quiet, "waiting/no ready": waiting, "no user/no ready": no_user,
+        summary[n] = {"tps": tps, "quiet/no ready": quiet, "waiting/no ready": waiting, "ready only/no user": ready_only,
                       "quiet/no user": q_user, "notify_share": notify}
         if quiet[0] < min_ratio:
             failures.append(f"{n} client(s): quiet / no-ready-trigger {quiet[0]:.2f}x (rounds {quiet[1]:.2f}-{quiet[2]:.2f}) < --min-ratio {min_ratio}")
     print()
-    common.print_table(["clients", *(f"{c} tps" for c in CONFIGS), "quiet / no ready", "waiting / no ready", "quiet / no user",
-                        "NOTIFY share quiet / waiting"], rows)
+    common.print_table(["clients", *(f"{c} tps" for c in CONFIGS), "quiet / no ready", "waiting / no ready", "ready only / no user",
+                        "quiet / no user", "NOTIFY quiet / waiting"], rows)
     wake = {name: (percentile(v, 50), percentile(v, 99), len(v)) for name, v in wakes.items()}
     print()
     common.print_table(["wake-up, from the producer's COMMIT", "n", "p50 ms", "p99 ms", "p50 / bare NOTIFY", "p50 / bare + claim", "note"], [
@@ -227,11 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         ["bare INSERT + NOTIFY -> listener", wake["bare"][2], ms(wake["bare"][0]), ms(wake["bare"][1]), "1.00x", "-", "floor"],
         ["bare + one claim-sized transaction", wake["bare + claim"][2], ms(wake["bare + claim"][0]), ms(wake["bare + claim"][1]),
          common.ratio(wake["bare + claim"][0], wake["bare"][0]), "1.00x", "floor with the claim"],
+        ["of the idle worker's: to its claim's start", wake[producer_wake.TO_CLAIM][2], ms(wake[producer_wake.TO_CLAIM][0]),
+         ms(wake[producer_wake.TO_CLAIM][1]), common.ratio(wake[producer_wake.TO_CLAIM][0], wake["bare"][0]), "-",
+         "started_at; host wall clock" if not args.database_url else "started_at; server's wall clock"],
     ])
     print(f"   tps: median of {repeats} interleaved round(s) of {seconds:.0f} s pgbench passes (-M prepared, -j up to {os.cpu_count()});"
           " ratios: median (range) of the rounds' ratios; NOTIFY share: NOTIFYs heard per job enqueued.")
     print("   quiet: as shipped, no worker waiting; waiting: as shipped, the queue's idle baton held (every enqueue notifies);")
-    print(f"   no ready: {READY_TRIGGER} disabled; no user: every user trigger on ingest_jobs disabled.")
+    print(f"   no ready: {READY_TRIGGER} disabled; ready only: {TENANTS_TRIGGER} disabled; no user: every user trigger on ingest_jobs disabled.")
     print(f"   targets: quiet / no ready >= {min_ratio:.2f}x at every client count (--min-ratio); wake p50 <= 1.3x the bare NOTIFY.")
     print(f"   load average after the run {' '.join(f'{x:.2f}' for x in load)}")
     if out:
