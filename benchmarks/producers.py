@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds per client count, medians reported (default 5; 1 with --quick)")
     parser.add_argument("--samples", type=int, default=None, help="wake-latency samples per path (default 200; 30 with --quick)")
     parser.add_argument("--min-ratio", type=float, default=None,
-                        help="exit 1 when quiet / no-ready-trigger falls below this at any client count (default 0.9; 0.5 with --quick)")
+                        help="exit 1 when quiet / no-ready-trigger falls below this at any client count (default 0.9; 0.5 with --quick);"
+                        " it also exits 1 when a quiet pass sent any NOTIFY")
     parser.add_argument("--out", default=None, help="results file to append this run to (default benchmarks/results/producers-DATE.json; none with --quick)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 5.0)
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{notify['quiet']:.0%} / {notify['waiting']:.0%}"])
         summary[n] = {"tps": tps, "quiet/no ready": quiet, "waiting/no ready": waiting, "ready only/no user": ready_only,
                       "quiet/no user": q_user, "notify_share": notify}
+        if notify["quiet"] > 0:  # deterministic, unlike the rates on a shared host
+            failures.append(f"{n} client(s): the quiet passes sent {notify['quiet']:.2f} NOTIFY per job, with no worker waiting (expected none)")
         if quiet[0] < min_ratio:
             failures.append(f"{n} client(s): quiet / no-ready-trigger {quiet[0]:.2f}x (rounds {quiet[1]:.2f}-{quiet[2]:.2f}) < --min-ratio {min_ratio}")
     print()
