@@ -16,6 +16,8 @@ def sleep(reason: str, args: dict[str, Any]) -> dict[str, Any]:
 
 register_ingest_task("noop", lambda reason: {})
 register_ingest_task("sleep", sleep)
+# The instant the job's code starts, on the host's monotonic clock (benchmarks/producer_wake.py).
+register_ingest_task("stamp", lambda reason: {"monotonic": time.monotonic()})
 
 
 def dag_step(**_inputs: Any) -> dict[str, Any]:

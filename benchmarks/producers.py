@@ -1,127 +1,171 @@
-"""Concurrent producers, one job per transaction: enqueue rate with the ready trigger vs without, and wake latency.
+"""Concurrent producers, one job per transaction: enqueue rate with the ready trigger vs without (pgbench), and wake latency.
 
-N producer processes (1, 8, 32) each call `node_queue.enqueue_ingest_job(..., conn=conn)` and
-commit, one job per transaction, for a fixed time, all started together. Each N runs twice in
-the same run, alternating, on the same table emptied before each pass:
+Rate: Postgres' own `pgbench` runs the engine's `enqueue_ingest_job` statement (jobs.sql, verbatim;
+its bind parameters become pgbench variables holding what `enqueue_ingest_job("noop", "fetch",
+reason="bench")` binds), one job per transaction, `-M prepared`, with 1, 8 and 32 clients for a
+fixed time. Four configurations run interleaved (ABCD ABCD ...) per client count, on the same
+table truncated and checkpointed before each pass:
 
-  trigger      the schema as shipped: every trigger on ingest_jobs, the ready trigger included
-  no notify    the same, with the ready-on-insert trigger (the one that may NOTIFY) disabled
+  quiet      as shipped, no worker waiting: the common case under load (every worker busy)
+  waiting    as shipped, a session holding the queue's idle baton and LISTENing, as an idle
+             worker does: every enqueue NOTIFYs (the worst case)
+  no ready   the ready trigger (`ingest_jobs_ready_on_insert`, the only one that can NOTIFY on an
+             insert) disabled: the issue's "same inserts with no trigger at all" baseline
+  ready only the tenants trigger (`ingest_jobs_tenants_inserted`, fair-share bookkeeping) disabled,
+             the ready trigger on: what the ready trigger alone costs against `no user`
+  no user    every user trigger on ingest_jobs disabled: the issue's words taken literally
 
-so the ratio is what waking workers costs producers. The producers are started once per N and run
-every pass (`--repeats` pairs, alternating), so the ratio is a median of pairs measured minutes apart at most. No worker runs during these passes: the
-producers' own cost is measured, as when workers are all busy. Then, in the same run, the wake
-latency: one idle worker LISTENing, one job enqueued at a time, timed from the enqueue's COMMIT
-(`track_commit_timestamp`) to the worker's claim, against a bare LISTEN/NOTIFY round trip
-(latency.py's ping-pong).
+Each ratio is taken within one round (adjacent passes), then the median and range of the rounds.
+pgbench replaces the earlier Python producer processes: 32 of them saturated two cores at
+250-350 jobs/s, so their spread hid anything a trigger costs; pgbench is a light C client that
+drives the same statement at the server's commit rate.
 
-    python benchmarks/producers.py [--seconds 5] [--producers 1,8,32] [--samples 200] [--quick]
+Wake latency (producer_wake.py): from the producer's just-before-COMMIT to an idle real worker's
+job starting, against a bare INSERT + NOTIFY -> listener on the same clock, and that bare path plus
+one claim-sized transaction.
+
+    python benchmarks/producers.py [--seconds 5] [--clients 1,8,32] [--repeats 5] [--samples 200]
+        [--min-ratio 0.9] [--out FILE] [--quick]
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
-import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import common
-import latency
+import producer_wake
 import psycopg
-import systems
 from common import Procs, percentile
 
-PRODUCER_SCRIPT = """
-import json, sys, time
-import queue_workflows
-from queue_workflows import db, node_queue
-url = sys.argv[1]
-queue_workflows.configure(database_url=url, ingest_queues=frozenset({"fetch"}))
-import bench_app  # registers the task enqueue validates
-with db.connect(url=url) as conn:
-    node_queue.enqueue_ingest_job("noop", "fetch", reason="warm", conn=conn)
-    conn.rollback()  # warm the statement cache; nothing written
-    print("ready", flush=True)
-    for line in sys.stdin:  # one pass per line: the parent's go, once every producer is ready
-        start_at, seconds = map(float, line.split())
-        while time.time() < start_at:
-            time.sleep(0.001)
-        done, stop_at = 0, start_at + seconds
-        while time.time() < stop_at:
-            node_queue.enqueue_ingest_job("noop", "fetch", reason="bench", conn=conn)
-            conn.commit()
-            done += 1
-        print(json.dumps({"jobs": done}), flush=True)
-"""
+from queue_workflows.common import sqlfile
 
 READY_TRIGGER = "ingest_jobs_ready_on_insert"
+TENANTS_TRIGGER = "ingest_jobs_tenants_inserted"
+CONFIGS = ("quiet", "waiting", "no ready", "ready only", "no user")
+RESULTS = common.BENCH_DIR / "results"
+INSERT_TRIGGERS = ("SELECT tgname FROM pg_trigger WHERE tgrelid = 'ingest_jobs'::regclass AND NOT tgisinternal "
+                   "AND tgtype & 4 = 4 ORDER BY tgname")  # TRIGGER_TYPE_INSERT
 
 
-class Producers:
-    """`n` producer processes, started once and run through every pass."""
+def pgbench_binary() -> str | None:
+    """pgserver's own pgbench (the server's version), else one on PATH."""
+    try:
+        import pgserver
 
-    def __init__(self, url: str, n: int) -> None:
-        self.url = url
-        self.children = [subprocess.Popen([sys.executable, "-c", PRODUCER_SCRIPT, url], env=common.child_env(),
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                          cwd=common.BENCH_DIR) for _ in range(n)]
-        for child in self.children:
-            if self._line(child) != "ready":
-                raise RuntimeError(f"producer failed to start: {self._error(child)}")
-
-    @staticmethod
-    def _line(child: subprocess.Popen[str]) -> str:
-        assert child.stdout is not None
-        return child.stdout.readline().strip()
-
-    @staticmethod
-    def _error(child: subprocess.Popen[str]) -> str:
-        child.kill()
-        return child.communicate(timeout=30)[1][-800:]
-
-    def run(self, seconds: float, *, notify_trigger: bool) -> tuple[float, int]:
-        """Jobs per second the producers committed in `seconds`, with the ready trigger on or off, and the NOTIFYs they sent."""
-        listener = psycopg.connect(self.url, autocommit=True)  # only listens: no baton, so no worker waits
-        listener.execute("LISTEN qw_ready_fetch")
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE ingest_jobs RESTART IDENTITY")
-            conn.execute(f"ALTER TABLE ingest_jobs {'ENABLE' if notify_trigger else 'DISABLE'} TRIGGER {READY_TRIGGER}")
-            conn.execute("CHECKPOINT")  # each pass starts from the same WAL state
-        start_at = time.time() + 0.2
-        for child in self.children:
-            assert child.stdin is not None
-            child.stdin.write(f"{start_at} {seconds}\n")
-            child.stdin.flush()
-        total = 0
-        for child in self.children:
-            line = self._line(child)
-            if not line:
-                raise RuntimeError(f"producer failed: {self._error(child)}")
-            total += json.loads(line)["jobs"]
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            counted = conn.execute("SELECT count(*) FROM ingest_jobs").fetchone()[0]  # type: ignore[index]
-            conn.execute(f"ALTER TABLE ingest_jobs ENABLE TRIGGER {READY_TRIGGER}")
-        if counted != total:
-            raise RuntimeError(f"producers reported {total} jobs but the table holds {counted}")
-        notifies = sum(1 for _ in listener.notifies(timeout=1.0))  # one per enqueuing transaction that notified
-        listener.close()
-        return total / seconds, notifies
-
-    def close(self) -> None:
-        for child in self.children:
-            if child.stdin is not None:
-                child.stdin.close()
-        for child in self.children:
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    return shutil.which("pgbench")
 
 
-def notifying_transactions(url: str) -> str:
-    """How the ready trigger decides to NOTIFY, as shipped (for the header)."""
-    body = psycopg.connect(url, autocommit=True).execute(
-        "SELECT prosrc FROM pg_proc WHERE proname = 'qw_notify_job_ready'").fetchone()[0]  # type: ignore[index]
-    return "only while a worker waits (idle baton held or asked for)" if "pg_try_advisory_xact_lock_shared" in body else "every enqueuing transaction"
+def enqueue_script() -> tuple[str, list[str]]:
+    """The pgbench script (the engine's enqueue statement) and its -D variables."""
+    from queue_workflows import node_queue
+
+    statement = sqlfile.load("queue_workflows", "jobs.sql")["enqueue_ingest_job"]
+    params = node_queue._ingest_params("noop", "fetch", reason="bench")  # what enqueue_ingest_job binds
+    defines: list[str] = []
+
+    def variable(match: re.Match[str]) -> str:
+        value = params[match.group(1)]
+        if value is None:
+            return "NULL"  # pgbench variables cannot hold NULL
+        text = json.dumps(value.obj) if hasattr(value, "obj") else str(value)
+        defines.extend(["-D", f"{match.group(1)}={text}"])
+        return f":{match.group(1)}"
+
+    return re.sub(r"%\((\w+)\)s", variable, statement) + ";\n", defines
+
+
+class Listener:
+    """A LISTEN on the queue's channel, counting NOTIFYs; with `baton`, it holds the idle baton as an idle worker does."""
+
+    def __init__(self, url: str, *, baton: bool) -> None:
+        from queue_workflows.worker.idle_baton import BATON_NAMESPACE
+
+        self.conn = psycopg.connect(url, autocommit=True)
+        if baton and not self.conn.execute("SELECT qw_take_idle_baton(%s, 'fetch', 1000)", (BATON_NAMESPACE,)).fetchone()[0]:  # type: ignore[index]
+            raise RuntimeError("could not take the idle baton of 'fetch'")
+        self.conn.execute("LISTEN qw_ready_fetch")
+        self.heard = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.heard += sum(1 for _ in self.conn.notifies(timeout=0.2))
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join()
+        self.heard += sum(1 for _ in self.conn.notifies(timeout=0.5))
+        self.conn.close()
+        return self.heard
+
+
+def one_pass(binary: str, url: str, script: str, defines: list[str], config: str, clients: int, seconds: float) -> dict[str, float]:
+    """One pgbench pass in `config`: its tps and the share of its transactions that sent a NOTIFY."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE ingest_jobs RESTART IDENTITY")
+        conn.execute("ALTER TABLE ingest_jobs ENABLE TRIGGER USER")
+        if config == "no ready":
+            conn.execute(f"ALTER TABLE ingest_jobs DISABLE TRIGGER {READY_TRIGGER}")
+        elif config == "ready only":
+            conn.execute(f"ALTER TABLE ingest_jobs DISABLE TRIGGER {TENANTS_TRIGGER}")
+        elif config == "no user":
+            conn.execute("ALTER TABLE ingest_jobs DISABLE TRIGGER USER")
+        conn.execute("CHECKPOINT")  # each pass starts from the same WAL state
+    listener = Listener(url, baton=config == "waiting")
+    try:
+        argv = [binary, "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)),
+                "-T", str(max(1, round(seconds))), "-f", script, *defines, url]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+    finally:
+        heard = listener.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE ingest_jobs ENABLE TRIGGER USER")
+            rows = conn.execute("SELECT count(*) FROM ingest_jobs").fetchone()[0]  # type: ignore[index]
+    tps = re.search(r"^tps = ([\d.]+) \(without initial connection time\)", done.stdout, re.MULTILINE)
+    processed = re.search(r"^number of transactions actually processed: (\d+)", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or tps is None or processed is None:
+        raise RuntimeError(f"pgbench failed (exit {done.returncode}): {(done.stderr or done.stdout)[-800:]}")
+    if not int(processed.group(1)) <= rows <= int(processed.group(1)) + clients:
+        raise RuntimeError(f"pgbench reported {processed.group(1)} transactions but the table holds {rows} jobs")
+    return {"tps": float(tps.group(1)), "jobs": rows, "notify_share": heard / max(1, rows)}
+
+
+def rates(url: str, binary: str, clients: list[int], seconds: float, repeats: int) -> dict[int, list[dict[str, dict[str, float]]]]:
+    """For each client count, `repeats` rounds of one pass per configuration, interleaved."""
+    script_text, defines = enqueue_script()
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="qwbench-enqueue-", delete=False) as f:
+        f.write(script_text)
+    try:
+        out: dict[int, list[dict[str, dict[str, float]]]] = {}
+        for n in clients:
+            out[n] = []
+            for _ in range(repeats):
+                out[n].append({config: one_pass(binary, url, f.name, defines, config, n, seconds) for config in CONFIGS})
+            print(f"   {n} client(s), tps per round (" + " / ".join(CONFIGS) + "): "
+                  + ", ".join(" / ".join(f"{r[c]['tps']:,.0f}" for c in CONFIGS) for r in out[n]), flush=True)
+        return out
+    finally:
+        os.unlink(f.name)
+
+
+def ratio_stats(rounds: list[dict[str, dict[str, float]]], top: str, base: str) -> tuple[float, float, float]:
+    values = sorted(r[top]["tps"] / r[base]["tps"] for r in rounds)
+    return common.median(values), values[0], values[-1]
 
 
 def ms(v: float) -> str:
@@ -130,61 +174,90 @@ def ms(v: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=None, help="seconds per pass (default 5; 2 with --quick)")
-    parser.add_argument("--producers", default=None, help="comma separated producer counts (default 1,8,32; 1,32 with --quick)")
-    parser.add_argument("--repeats", type=int, default=None, help="alternating pass pairs per producer count, medians reported (default 3; 1 with --quick)")
-    parser.add_argument("--samples", type=int, default=None, help="wake-latency samples (default 200; 30 with --quick)")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per pgbench pass (default 5; 2 with --quick)")
+    parser.add_argument("--clients", default=None, help="comma separated client counts (default 1,8,32; 1,32 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds per client count, medians reported (default 5; 1 with --quick)")
+    parser.add_argument("--samples", type=int, default=None, help="wake-latency samples per path (default 200; 30 with --quick)")
+    parser.add_argument("--min-ratio", type=float, default=None,
+                        help="exit 1 when quiet / no-ready-trigger falls below this at any client count (default 0.9; 0.5 with --quick);"
+                        " it also exits 1 when a quiet pass sent any NOTIFY")
+    parser.add_argument("--out", default=None, help="results file to append this run to (default benchmarks/results/producers-DATE.json; none with --quick)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 5.0)
-    counts = [int(c) for c in (args.producers or ("1,32" if args.quick else "1,8,32")).split(",")]
+    clients = [int(c) for c in (args.clients or ("1,32" if args.quick else "1,8,32")).split(",")]
+    repeats = args.repeats or (1 if args.quick else 5)
     samples = args.samples or (30 if args.quick else 200)
-    args.repeats = args.repeats or (1 if args.quick else 3)
+    min_ratio = args.min_ratio if args.min_ratio is not None else (0.5 if args.quick else 0.9)
+    out = args.out or (None if args.quick else str(RESULTS / f"producers-{time.strftime('%Y-%m-%d')}.json"))
+    binary = pgbench_binary()
+    if binary is None:
+        print("== producers: skipped, no pgbench binary (pgserver's or on PATH) ==")
+        return 0
 
-    with common.postgres_server(args.database_url, commit_timestamps=True) as server_url, Procs(args.keep_logs) as procs:
-        common.banner(f"producers: 1 job per transaction, {seconds:.0f} s per pass; wake latency, {samples} jobs", args, server_url)
+    with common.postgres_server(args.database_url) as server_url, Procs(args.keep_logs) as procs:
+        common.banner(f"producers: 1 job per transaction, pgbench {seconds:.0f} s per pass x {repeats}; wake latency, {samples} jobs", args, server_url)
+        print(f"   load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {binary}", flush=True)
         url = common.qw_database(server_url)
         try:
-            print(f"   ready trigger notifies: {notifying_transactions(url)}", flush=True)
-            rows = []
-            for n in counts:
-                producers = Producers(url, n)
-                try:
-                    pairs = [(producers.run(seconds, notify_trigger=True), producers.run(seconds, notify_trigger=False))
-                             for _ in range(args.repeats)]
-                finally:
-                    producers.close()
-                ratios = sorted(a[0] / b[0] for a, b in pairs)
-                with_trigger, without = common.median([a[0] for a, _ in pairs]), common.median([b[0] for _, b in pairs])
-                sent = sum(a[1] for a, _ in pairs) / max(1.0, sum(a[0] * seconds for a, _ in pairs))
-                rows.append([n, f"{with_trigger:,.0f}", f"{without:,.0f}", f"{common.median(ratios):.2f}x",
-                             f"{ratios[0]:.2f}-{ratios[-1]:.2f}x", f"{sent:.0%}"])
-                print(f"   {n} producer(s): " + ", ".join(f"{a[0]:,.0f} vs {b[0]:,.0f}" for a, b in pairs)
-                      + " jobs/s (trigger vs no notify)", flush=True)
+            with psycopg.connect(url, autocommit=True) as conn:
+                triggers = [r[0] for r in conn.execute(INSERT_TRIGGERS).fetchall()]
+            print(f"   insert triggers on ingest_jobs: {', '.join(triggers)}; 'no ready' disables {READY_TRIGGER},"
+                  f" 'ready only' {TENANTS_TRIGGER}, 'no user' all of them", flush=True)
+            measured = rates(url, binary, clients, seconds, repeats)
         finally:
             common.drop_database(server_url, url)
-        rtts = latency.notify_baseline(server_url, procs, samples)
-        system = systems.QueueWorkflows(server_url)
-        try:
-            system.setup()
-            wakes, note = latency.measure(system, procs, samples, 8.0 if args.quick else 60.0, from_commit=True)
-        finally:
-            system.teardown()
+        wakes, note = producer_wake.measure(server_url, procs, samples, 10.0 if args.quick else 120.0)
+    load = os.getloadavg()
 
+    rows, failures, summary = [], [], {}
+    for n, rounds in measured.items():
+        quiet, waiting = (ratio_stats(rounds, c, "no ready") for c in ("quiet", "waiting"))
+        ready_only, q_user = (ratio_stats(rounds, c, "no user") for c in ("ready only", "quiet"))
+        tps = {c: common.median([r[c]["tps"] for r in rounds]) for c in CONFIGS}
+        notify = {c: common.median([r[c]["notify_share"] for r in rounds]) for c in ("quiet", "waiting")}
+        rows.append([n, *(f"{tps[c]:,.0f}" for c in CONFIGS), f"{quiet[0]:.2f}x ({quiet[1]:.2f}-{quiet[2]:.2f})",
+                     f"{waiting[0]:.2f}x ({waiting[1]:.2f}-{waiting[2]:.2f})", f"{ready_only[0]:.2f}x ({ready_only[1]:.2f}-{ready_only[2]:.2f})",
+                     f"{q_user[0]:.2f}x ({q_user[1]:.2f}-{q_user[2]:.2f})",
+                     f"{notify['quiet']:.0%} / {notify['waiting']:.0%}"])
+        summary[n] = {"tps": tps, "quiet/no ready": quiet, "waiting/no ready": waiting, "ready only/no user": ready_only,
+                      "quiet/no user": q_user, "notify_share": notify}
+        if notify["quiet"] > 0:  # deterministic, unlike the rates on a shared host
+            failures.append(f"{n} client(s): the quiet passes sent {notify['quiet']:.2f} NOTIFY per job, with no worker waiting (expected none)")
+        if quiet[0] < min_ratio:
+            failures.append(f"{n} client(s): quiet / no-ready-trigger {quiet[0]:.2f}x (rounds {quiet[1]:.2f}-{quiet[2]:.2f}) < --min-ratio {min_ratio}")
     print()
-    common.print_table(["producers", "trigger jobs/s", "no-notify jobs/s", "trigger / no-notify", "range", "txns that NOTIFY"], rows)
-    start = [s for s, _ in wakes]
-    base50, base99 = percentile(rtts, 50), percentile(rtts, 99)
+    common.print_table(["clients", *(f"{c} tps" for c in CONFIGS), "quiet / no ready", "waiting / no ready", "ready only / no user",
+                        "quiet / no user", "NOTIFY quiet / waiting"], rows)
+    wake = {name: (percentile(v, 50), percentile(v, 99), len(v)) for name, v in wakes.items()}
     print()
-    common.print_table(["wake-up", "n", "p50 ms", "p99 ms", "p50 / NOTIFY RTT", "note"], [
-        ["enqueue COMMIT -> idle worker's claim", len(start), ms(percentile(start, 50)), ms(percentile(start, 99)),
-         common.ratio(percentile(start, 50), base50), note],
-        ["LISTEN/NOTIFY round trip", len(rtts), ms(base50), ms(base99), "1.00x", "floor"],
+    common.print_table(["wake-up, from the producer's COMMIT", "n", "p50 ms", "p99 ms", "p50 / bare NOTIFY", "p50 / bare + claim", "note"], [
+        ["idle worker: job claimed, its code started", wake["worker"][2], ms(wake["worker"][0]), ms(wake["worker"][1]),
+         common.ratio(wake["worker"][0], wake["bare"][0]), common.ratio(wake["worker"][0], wake["bare + claim"][0]), note],
+        ["bare INSERT + NOTIFY -> listener", wake["bare"][2], ms(wake["bare"][0]), ms(wake["bare"][1]), "1.00x", "-", "floor"],
+        ["bare + one claim-sized transaction", wake["bare + claim"][2], ms(wake["bare + claim"][0]), ms(wake["bare + claim"][1]),
+         common.ratio(wake["bare + claim"][0], wake["bare"][0]), "1.00x", "floor with the claim"],
+        ["of the idle worker's: to its claim's start", wake[producer_wake.TO_CLAIM][2], ms(wake[producer_wake.TO_CLAIM][0]),
+         ms(wake[producer_wake.TO_CLAIM][1]), common.ratio(wake[producer_wake.TO_CLAIM][0], wake["bare"][0]), "-",
+         "started_at; host wall clock" if not args.database_url else "started_at; server's wall clock"],
     ])
-    print("   trigger / no-notify: the same producers' rate with the shipped triggers over their rate with the ready trigger")
-    print(f"   disabled, passes alternating, {args.repeats} pairs, median and range of the pairs' ratios; txns that NOTIFY:")
-    print("   the share of the trigger passes' enqueuing transactions that sent a NOTIFY (no worker was waiting).")
-    print("   (targets: >= 0.90x at 32 producers; wake p50 <= 1.3x the round trip).")
-    return 0
+    print(f"   tps: median of {repeats} interleaved round(s) of {seconds:.0f} s pgbench passes (-M prepared, -j up to {os.cpu_count()});"
+          " ratios: median (range) of the rounds' ratios; NOTIFY share: NOTIFYs heard per job enqueued.")
+    print("   quiet: as shipped, no worker waiting; waiting: as shipped, the queue's idle baton held (every enqueue notifies);")
+    print(f"   no ready: {READY_TRIGGER} disabled; ready only: {TENANTS_TRIGGER} disabled; no user: every user trigger on ingest_jobs disabled.")
+    print(f"   targets: quiet / no ready >= {min_ratio:.2f}x at every client count (--min-ratio); wake p50 <= 1.3x the bare NOTIFY.")
+    print(f"   load average after the run {' '.join(f'{x:.2f}' for x in load)}")
+    if out:
+        record = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": seconds, "repeats": repeats, "cores": os.cpu_count(),
+                  "load_average_after": load, "insert_triggers": triggers, "passes": measured, "summary": summary,
+                  "wake_ms": {k: {"p50": v[0] * 1000, "p99": v[1] * 1000, "n": v[2]} for k, v in wake.items()}}
+        path = Path(out)
+        doc = json.loads(path.read_text()) if path.exists() else {"benchmark": "benchmarks/producers.py", "runs": []}
+        doc["runs"].append(record)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"   run appended to {out}")
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
