@@ -47,6 +47,8 @@ from common import Procs, percentile
 
 from queue_workflows.common import sqlfile
 
+_JOBS = sqlfile.load("queue_workflows", "jobs.sql")
+
 READY_TRIGGER = "ingest_jobs_ready_on_insert"
 TENANTS_TRIGGER = "ingest_jobs_tenants_inserted"
 CONFIGS = ("quiet", "waiting", "no ready", "ready only", "no user")
@@ -72,8 +74,8 @@ def enqueue_script() -> tuple[str, list[str]]:
     """The pgbench script (the engine's enqueue statement) and its -D variables."""
     from queue_workflows import node_queue
 
-    statement = sqlfile.load("queue_workflows", "jobs.sql")["enqueue_ingest_job"]
-    params = node_queue._ingest_params("noop", "fetch", reason="bench")  # what enqueue_ingest_job binds
+    statement = _JOBS["enqueue_ingest_job"]
+    params = {**node_queue._ingest_params("noop", "fetch", reason="bench"), "trace_context": None}  # what enqueue_ingest_job binds, tracing off
     defines: list[str] = []
 
     def variable(match: re.Match[str]) -> str:

@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0055 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0056 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -695,8 +695,9 @@ END
 $$;
 
 CREATE FUNCTION public.qw_tenants_activate(pairs text[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO tenant_shares AS s (queue, tenant, vtime)
     SELECT n.queue, n.tenant, coalesce(qw_tenant_floor(n.queue), 0)
       FROM (SELECT DISTINCT pairs[i][1] AS queue, pairs[i][2] AS tenant FROM generate_subscripts(pairs, 1) AS i) AS n
@@ -704,6 +705,7 @@ CREATE FUNCTION public.qw_tenants_activate(pairs text[]) RETURNS void
      ORDER BY n.queue, n.tenant  -- rows locked in one order: concurrent enqueues cannot deadlock
     ON CONFLICT (queue, tenant) DO UPDATE SET active = true, vtime = greatest(s.vtime, EXCLUDED.vtime), updated_at = now()
      WHERE NOT s.active;
+END
 $$;
 
 CREATE FUNCTION public.qw_tenants_inserted() RETURNS trigger
