@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import psycopg
+from migration_chain import chain_to
 
 from queue_workflows import db
 
@@ -21,15 +19,6 @@ def _state(url: str) -> dict[str, object]:
         floors = conn.execute("SELECT to_regproc('qw_claim_floors') IS NOT NULL").fetchone()[0]  # type: ignore[index]
     return {"counts": counts, "jobs": sorted(options or []), "beats": sorted(beats or []), "floors": floors}
 
-
-def _chain_to(version: int, into: Path) -> Path:
-    """The migrations up to `version` alone: a later one may add a column, which waits for the reader by nature."""
-    for migration in db.discover():
-        if migration.version <= version:
-            for path in (migration.up, migration.down):
-                if path is not None:
-                    shutil.copy(path, into)
-    return into
 
 
 def test_claim_floors_migrate_up_and_down_with_rows_and_a_reader_open(scratch_database_url, monkeypatch, tmp_path):
@@ -48,7 +37,7 @@ def test_claim_floors_migrate_up_and_down_with_rows_and_a_reader_open(scratch_da
     with psycopg.connect(url) as reader:  # a report holding a snapshot on the table does not hold the migration up
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         reader.execute("SELECT count(*) FROM ingest_jobs")
-        assert db.bootstrap(url=url, migrations_dir=_chain_to(FLOORS, tmp_path)) == [FLOORS]
+        assert db.bootstrap(url=url, migrations_dir=chain_to(FLOORS, tmp_path)) == [FLOORS]
         new = _state(url)
         assert new["counts"] == old["counts"]
         assert "fillfactor=90" in new["jobs"] and "autovacuum_vacuum_scale_factor=0" in new["jobs"]  # type: ignore[operator]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import psycopg
+from migration_chain import chain_to
 
 import queue_workflows
 from queue_workflows import db
@@ -21,15 +19,6 @@ def _digests(url: str) -> dict[str, object]:
         out: dict[str, object] = {t: conn.execute(DIGEST.format(t)).fetchone() for t in ("ingest_jobs", "workflow_node_jobs", "job_events")}
     return out
 
-
-def _chain_to(version: int, into: Path) -> Path:
-    """The migrations up to `version` alone: a later one may add a column, which waits for the reader by nature."""
-    for migration in db.discover():
-        if migration.version <= version:
-            for path in (migration.up, migration.down):
-                if path is not None:
-                    shutil.copy(path, into)
-    return into
 
 
 def _populate(url: str) -> None:
@@ -65,7 +54,7 @@ def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scrat
     with psycopg.connect(url) as reader:  # a report holding a snapshot does not hold the migration or the mover up
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         seen = reader.execute("SELECT count(*) FROM ingest_jobs").fetchone()
-        assert db.bootstrap(url=url, migrations_dir=_chain_to(HISTORY, tmp_path)) == [HISTORY]
+        assert db.bootstrap(url=url, migrations_dir=chain_to(HISTORY, tmp_path)) == [HISTORY]
         assert _digests(url) == original  # the migration itself moves nothing
         with db.connect(autocommit=True, url=url) as conn:
             steps = 0
@@ -86,5 +75,5 @@ def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scrat
         assert conn.execute("SELECT count(*) FROM ingest_jobs_all").fetchone() == (20003,)
     assert db.downgrade(before, url=url) == [v for v in ALL if v > before][::-1]
     assert _digests(url) == original
-    assert db.bootstrap(url=url, migrations_dir=_chain_to(HISTORY, tmp_path)) == [HISTORY]  # later ones add columns to every row's text
+    assert db.bootstrap(url=url, migrations_dir=chain_to(HISTORY, tmp_path)) == [HISTORY]  # later ones add columns to every row's text
     assert _digests(url) == original

@@ -13,9 +13,10 @@ import threading
 from collections.abc import Iterator
 
 from prometheus_client import ProcessCollector, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from queue_workflows.common.promfamily import counter, gauge
 from queue_workflows.errors import ConfigError
 from queue_workflows.leader.cluster_metrics import ClusterMetrics, Sample
 from queue_workflows.settings import Settings
@@ -31,18 +32,6 @@ class ClusterCollector(Collector):
         yield from families(self.metrics.latest())
 
 
-def _gauge(name: str, doc: str, labels: list[str], samples: list[tuple[list[str], float]]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
-    for values, value in samples:
-        family.add_metric(values, value)
-    return family
-
-
-def _counter(name: str, doc: str, labels: list[str], samples: list[tuple[list[str], float]]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=labels)
-    for values, value in samples:
-        family.add_metric(values, value)
-    return family
 
 
 def _histogram(name: str, doc: str, buckets: dict[str, list[tuple[str, float]]], sums: dict[str, float]) -> HistogramMetricFamily:
@@ -53,28 +42,28 @@ def _histogram(name: str, doc: str, buckets: dict[str, list[tuple[str, float]]],
 
 
 def families(s: Sample) -> Iterator[Metric]:
-    yield _gauge("qw_cluster_is_leader", "1 on the leading orchestrator, 0 on a standby", [], [([], float(s.is_leader))])
-    yield _gauge("qw_cluster_leader_term", "The leadership term (epoch): this leader's, or on a standby the current one", [], [([], float(s.term))])
-    yield _gauge("qw_cluster_database_up", "1 when the last sample reached the database", [], [([], float(s.database_up))])
+    yield gauge("qw_cluster_is_leader", "1 on the leading orchestrator, 0 on a standby", [], [([], float(s.is_leader))])
+    yield gauge("qw_cluster_leader_term", "The leadership term (epoch): this leader's, or on a standby the current one", [], [([], float(s.term))])
+    yield gauge("qw_cluster_database_up", "1 when the last sample reached the database", [], [([], float(s.database_up))])
     if not s.is_leader:
         return
     if s.fresh:
-        yield _gauge("qw_cluster_queue_jobs", "Jobs per queue in each live status, both job tables", ["queue", "status"],
+        yield gauge("qw_cluster_queue_jobs", "Jobs per queue in each live status, both job tables", ["queue", "status"],
                      [([q, st], float(n)) for (q, st), n in sorted(s.queue_jobs.items())])
-        yield _gauge("qw_cluster_queue_oldest_queued_seconds", "Age of the oldest claimable queued job (0: none)", ["queue"],
+        yield gauge("qw_cluster_queue_oldest_queued_seconds", "Age of the oldest claimable queued job (0: none)", ["queue"],
                      [([q], age) for q, age in sorted(s.oldest_queued_s.items())])
-        yield _gauge("qw_cluster_workers", "Worker processes per host, queue and state", ["host", "queue", "state"],
+        yield gauge("qw_cluster_workers", "Worker processes per host, queue and state", ["host", "queue", "state"],
                      [(list(k), float(n)) for k, n in sorted(s.workers.items())])
-        yield _gauge("qw_cluster_last_sample_timestamp_seconds", "Unix time of the leader's last sample", [], [([], s.sampled_at)])
-    yield _counter("qw_cluster_jobs_completed", "Jobs completed since this leader took office, by task", ["task"],
+        yield gauge("qw_cluster_last_sample_timestamp_seconds", "Unix time of the leader's last sample", [], [([], s.sampled_at)])
+    yield counter("qw_cluster_jobs_completed", "Jobs completed since this leader took office, by task", ["task"],
                    [([t], float(n)) for t, n in sorted(s.completed.items())])
-    yield _counter("qw_cluster_jobs_failed", "Jobs failed for good since this leader took office, by task", ["task"],
+    yield counter("qw_cluster_jobs_failed", "Jobs failed for good since this leader took office, by task", ["task"],
                    [([t], float(n)) for t, n in sorted(s.failed.items())])
     yield _histogram("qw_cluster_job_wait_seconds", "Enqueue (or run_after) to start, of jobs finished since this leader took office", s.wait, s.wait_sum)
     yield _histogram("qw_cluster_job_run_seconds", "Start to finish, of jobs finished since this leader took office", s.run, s.run_sum)
-    yield _counter("qw_cluster_job_reclaims", "Running jobs taken back from a dead or expired worker since this leader took office", ["queue"],
+    yield counter("qw_cluster_job_reclaims", "Running jobs taken back from a dead or expired worker since this leader took office", ["queue"],
                    [([q], float(n)) for q, n in sorted(s.reclaims.items())])
-    yield _counter("qw_cluster_worker_exits", "Worker exits recorded since this leader took office, by exit code", ["code"],
+    yield counter("qw_cluster_worker_exits", "Worker exits recorded since this leader took office, by exit code", ["code"],
                    [([str(c)], float(n)) for c, n in sorted(s.exits.items())])
 
 

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from queue_workflows.common.promfamily import counter, gauge
 from queue_workflows.jobrow import JobStatus
 from queue_workflows.telemetry.state import MetricsState
 from queue_workflows.telemetry.store import QueueFigures
@@ -39,48 +40,35 @@ class SidecarCollector(Collector):
             up, failures = s.database_up, s.publish_failures
             known_queues, known_workers = set(s.known_queues), set(s.known_workers)
         host = s.host_label
-        yield _gauge("qw_hw_metrics_database_up", "1 when the last publish and queue read reached the database", ["host"], [([host], float(up))])
-        yield _counter("qw_hw_metrics_publish_failures", "Samples that could not be published to the database", ["host"], [([host], failures)])
+        yield gauge("qw_hw_metrics_database_up", "1 when the last publish and queue read reached the database", ["host"], [([host], float(up))])
+        yield counter("qw_hw_metrics_publish_failures", "Samples that could not be published to the database", ["host"], [([host], failures)])
         if payload is not None:
             yield from host_metrics(payload)
         if up and queues is not None:
             yield from queue_metrics(queues, known_queues, known_workers)
-        yield _counter(
+        yield counter(
             "qw_jobs_finished", "Jobs that reached a final state since this sidecar started, by outcome",
             ["family", "queue", "outcome"], [(list(k), n) for k, n in sorted(outcomes.items())],
         )
         for cost, doc in COST_METRICS.items():
-            yield _counter(f"qw_job_{cost}", doc, ["family", "queue"],
+            yield counter(f"qw_job_{cost}", doc, ["family", "queue"],
                            [([family, queue], v) for (family, queue, c), v in sorted(costs.items()) if c == cost])
 
 
-def _gauge(name: str, doc: str, labels: list[str], samples: list[tuple[list[str], float | None]]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
-    for values, value in samples:
-        if value is not None:
-            family.add_metric(values, value)
-    return family
-
-
-def _counter(name: str, doc: str, labels: list[str], samples: list[tuple[list[str], float]]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=labels)
-    for values, value in samples:
-        family.add_metric(values, value)
-    return family
 
 
 def host_metrics(p: dict[str, Any]) -> Iterator[Metric]:
     h = [p["host"]]
     cpu, mem, swap = p["cpu"], p["memory"], p["swap"]
-    yield _gauge("qw_hw_metrics_last_sample_timestamp_seconds", "Unix time of the latest sample", ["host"], [(h, p["ts"])])
-    yield _gauge("qw_host_cpu_percent", "Host CPU use, percent of all cores", ["host"], [(h, cpu["percent"])])
-    yield _gauge("qw_host_cpu_count", "Logical CPUs on the host", ["host"], [(h, cpu["count"])])
-    yield _gauge("qw_host_load_average", "Host load average", ["host", "window"],
+    yield gauge("qw_hw_metrics_last_sample_timestamp_seconds", "Unix time of the latest sample", ["host"], [(h, p["ts"])])
+    yield gauge("qw_host_cpu_percent", "Host CPU use, percent of all cores", ["host"], [(h, cpu["percent"])])
+    yield gauge("qw_host_cpu_count", "Logical CPUs on the host", ["host"], [(h, cpu["count"])])
+    yield gauge("qw_host_load_average", "Host load average", ["host", "window"],
                  [([p["host"], w], v) for w, v in zip(("1m", "5m", "15m"), cpu["load"], strict=False)])
-    yield _gauge("qw_host_memory_used_bytes", "Host RAM in use (total - available)", ["host"], [(h, mem["used_bytes"])])
-    yield _gauge("qw_host_memory_total_bytes", "Host RAM", ["host"], [(h, mem["total_bytes"])])
-    yield _gauge("qw_host_swap_used_bytes", "Host swap in use", ["host"], [(h, swap["used_bytes"])])
-    yield _gauge("qw_host_swap_total_bytes", "Host swap", ["host"], [(h, swap["total_bytes"])])
+    yield gauge("qw_host_memory_used_bytes", "Host RAM in use (total - available)", ["host"], [(h, mem["used_bytes"])])
+    yield gauge("qw_host_memory_total_bytes", "Host RAM", ["host"], [(h, mem["total_bytes"])])
+    yield gauge("qw_host_swap_used_bytes", "Host swap in use", ["host"], [(h, swap["used_bytes"])])
+    yield gauge("qw_host_swap_total_bytes", "Host swap", ["host"], [(h, swap["total_bytes"])])
     gpus = p["gpus"]
 
     def label(g: dict[str, Any]) -> str:
@@ -90,35 +78,35 @@ def host_metrics(p: dict[str, Any]) -> Iterator[Metric]:
     def per_gpu(key: str) -> list[tuple[list[str], float | None]]:
         return [([p["host"], label(g)], g[key]) for g in gpus]
 
-    yield _gauge("qw_gpu_info", "One per GPU, its name, uuid and the source that read it", ["host", "gpu", "name", "uuid", "source"],
+    yield gauge("qw_gpu_info", "One per GPU, its name, uuid and the source that read it", ["host", "gpu", "name", "uuid", "source"],
                  [([p["host"], label(g), g["name"] or "", g["uuid"] or "", g["source"] or ""], 1.0) for g in gpus])
-    yield _gauge("qw_gpu_utilization_percent", "GPU busy percent", ["host", "gpu"], per_gpu("util_percent"))
-    yield _gauge("qw_gpu_memory_used_bytes", "GPU memory in use", ["host", "gpu"], per_gpu("memory_used_bytes"))
-    yield _gauge("qw_gpu_memory_total_bytes", "GPU memory", ["host", "gpu"], per_gpu("memory_total_bytes"))
-    yield _gauge("qw_gpu_temperature_celsius", "GPU temperature", ["host", "gpu"], per_gpu("temperature_c"))
-    yield _gauge("qw_gpu_power_watts", "GPU power draw", ["host", "gpu"], per_gpu("power_w"))
+    yield gauge("qw_gpu_utilization_percent", "GPU busy percent", ["host", "gpu"], per_gpu("util_percent"))
+    yield gauge("qw_gpu_memory_used_bytes", "GPU memory in use", ["host", "gpu"], per_gpu("memory_used_bytes"))
+    yield gauge("qw_gpu_memory_total_bytes", "GPU memory", ["host", "gpu"], per_gpu("memory_total_bytes"))
+    yield gauge("qw_gpu_temperature_celsius", "GPU temperature", ["host", "gpu"], per_gpu("temperature_c"))
+    yield gauge("qw_gpu_power_watts", "GPU power draw", ["host", "gpu"], per_gpu("power_w"))
     stack = p["stack"]
     if stack is not None:
-        yield _gauge("qw_attribution_cpu_percent", "Host CPU percent used by this stack's containers and by everything else",
+        yield gauge("qw_attribution_cpu_percent", "Host CPU percent used by this stack's containers and by everything else",
                      ["host", "scope"], [(h + ["stack"], stack["cpu_percent"]), (h + ["other"], stack["other_cpu_percent"])])
-        yield _gauge("qw_attribution_memory_bytes", "Host RAM held by this stack's containers and by everything else",
+        yield gauge("qw_attribution_memory_bytes", "Host RAM held by this stack's containers and by everything else",
                      ["host", "scope"], [(h + ["stack"], stack["memory_bytes"]), (h + ["other"], stack["other_memory_bytes"])])
         containers = stack["containers"]
-        yield _gauge("qw_container_cpu_percent", "A stack container's CPU, percent of the host", ["host", "container"],
+        yield gauge("qw_container_cpu_percent", "A stack container's CPU, percent of the host", ["host", "container"],
                      [([p["host"], c["name"]], c["cpu_percent"]) for c in containers])
-        yield _gauge("qw_container_memory_bytes", "A stack container's memory (cgroup)", ["host", "container"],
+        yield gauge("qw_container_memory_bytes", "A stack container's memory (cgroup)", ["host", "container"],
                      [([p["host"], c["name"]], c["memory_bytes"]) for c in containers])
 
 
 def queue_metrics(f: QueueFigures, known_queues: set[tuple[str, str]], known_workers: set[tuple[str, str]]) -> Iterator[Metric]:
     queues = sorted(known_queues)
-    yield _gauge("qw_queue_jobs", "Jobs per queue in a live state", ["family", "queue", "status"],
+    yield gauge("qw_queue_jobs", "Jobs per queue in a live state", ["family", "queue", "status"],
                  [([fam, q, st], float(f.jobs.get((fam, q, st), 0))) for fam, q in queues for st in DEPTH_STATUSES])
-    yield _gauge("qw_queue_oldest_queued_seconds", "Age of the oldest queued job (0: none queued)", ["family", "queue"],
+    yield gauge("qw_queue_oldest_queued_seconds", "Age of the oldest queued job (0: none queued)", ["family", "queue"],
                  [([fam, q], f.oldest_queued_s.get((fam, q), 0.0)) for fam, q in queues])
-    yield _gauge("qw_workers_live", "Live workers (connected, heartbeat fresh) per host and queue", ["host", "queue"],
+    yield gauge("qw_workers_live", "Live workers (connected, heartbeat fresh) per host and queue", ["host", "queue"],
                  [([h, q], float(f.live_workers.get((h, q), 0))) for h, q in sorted(known_workers)])
-    yield _gauge("qw_warm_model_workers", "Live workers holding a model loaded, per host, queue and model", ["host", "queue", "model"],
+    yield gauge("qw_warm_model_workers", "Live workers holding a model loaded, per host, queue and model", ["host", "queue", "model"],
                  [(list(k), float(n)) for k, n in sorted(f.warm_models.items())])
 
 

@@ -1,0 +1,24 @@
+"""Prometheus metric families from (label values, value) pairs, for the sidecar's and the leader's custom collectors."""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+Samples = list[tuple[list[str], float | None]]
+
+
+def gauge(name: str, doc: str, labels: list[str], samples: Samples) -> GaugeMetricFamily:
+    """A gauge family; a None value is left out (a figure not read is not served as a number)."""
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for values, value in samples:
+        if value is not None:
+            family.add_metric(values, value)
+    return family
+
+
+def counter(name: str, doc: str, labels: list[str], samples: Samples) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for values, value in samples:
+        if value is not None:
+            family.add_metric(values, value)
+    return family
