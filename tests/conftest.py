@@ -31,6 +31,10 @@ from queue_workflows.gpu import registry as model_registry
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a test reads it, as a deployment would
 os.environ["QW_ORCHESTRATOR_METRICS_PORT"] = "0"  # several orchestrators share this host; a test that wants the endpoint picks a port
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    # The suite starts ~1,000 Python processes (services, CLIs, snippets); with no bytecode cache
+    # each compiled the engine anew (~0.3 s of CPU apiece). They keep it outside the source tree.
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"qw-test-pycache-{os.getuid()}"))
 
 TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "apps" / "app_migrations"
