@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import qw_test_app
-from procs import TEST_INGEST_QUEUES, TEST_NODE_PACKAGES, PrivatePostgres, Procs
+from procs import TEST_INGEST_QUEUES, TEST_NODE_PACKAGES, PrivatePostgres, Procs, postgres_data_parent
 from psycopg import conninfo, sql
 
 import queue_workflows
@@ -31,6 +31,10 @@ from queue_workflows.gpu import registry as model_registry
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ["QW_NODE_PACKAGES"] = TEST_NODE_PACKAGES  # every configure() in a test reads it, as a deployment would
 os.environ["QW_ORCHESTRATOR_METRICS_PORT"] = "0"  # several orchestrators share this host; a test that wants the endpoint picks a port
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    # The suite starts ~1,000 Python processes (services, CLIs, snippets); with no bytecode cache
+    # each compiled the engine anew (~0.3 s of CPU apiece). They keep it outside the source tree.
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"qw-test-pycache-{os.getuid()}"))
 
 TESTS_DIR = Path(__file__).resolve().parent
 APP_MIGRATIONS = TESTS_DIR / "apps" / "app_migrations"
@@ -136,7 +140,7 @@ def pg_server_url() -> Iterator[str]:
 
     # Not under pytest's tmp dir: each new pytest session resets that to 0700, locking out the
     # unprivileged user pgserver runs Postgres as when the tests run as root.
-    pgdata = Path(tempfile.mkdtemp(prefix="qw-test-pg-"))
+    pgdata = Path(tempfile.mkdtemp(prefix="qw-test-pg-", dir=postgres_data_parent()))
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         for name, value in FAST_SERVER_SETTINGS.items():
@@ -238,7 +242,7 @@ def private_pg() -> Iterator[PrivatePostgres]:
     # Not under tmp_path: every pytest session that starts (other people's runs on the same
     # machine included) chmods /tmp/pytest-of-<user> back to 0700, and the unprivileged
     # `pgserver` user that runs initdb and pg_ctl when we are root then loses its way in.
-    base = Path(tempfile.mkdtemp(prefix="qw-pg-restart-"))
+    base = Path(tempfile.mkdtemp(prefix="qw-pg-restart-", dir=postgres_data_parent()))
     try:
         server = PrivatePostgres(base / "pg")
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -153,6 +154,23 @@ def wait_workers_ready(url: str, workers: list[subprocess.Popen[bytes]], *, time
         return by_pid if set(by_pid) == wanted else None
 
     return wait_until(ready, timeout=timeout, interval=0.1, what=f"workers {sorted(wanted)} to be ready")
+
+
+SHM_DIR = Path("/dev/shm")
+SHM_MIN_FREE_BYTES = 2 << 30
+
+
+def postgres_data_parent() -> str | None:
+    """Where a throwaway server's data directory goes: /dev/shm (tmpfs) where it has room, else the temp dir.
+
+    Each per-test CREATE DATABASE writes the template's ~1,500 files anew; on ext4 its inode
+    allocator (scanning recently deleted inodes) made that ~160 ms of CPU per test, on tmpfs ~17 ms.
+    """
+    try:
+        free = shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return None
+    return str(SHM_DIR) if free >= SHM_MIN_FREE_BYTES and os.access(SHM_DIR, os.W_OK) else None
 
 
 # A throwaway server need not survive a power cut (conftest's FAST_SERVER_SETTINGS): written by
