@@ -79,7 +79,7 @@ def fault(ha: HaStack, load: Load, kind: str, outcome: Outcome) -> None:
     long_job = node_queue.enqueue_ingest_job("ha.probe", "fetch", {"n": f"long-{len(outcome.trials)}", "seconds": LONG_JOB_SECONDS},
                                              reason="ha-e2e")
     load.acked[f"long-{len(outcome.trials)}"] = (int(long_job["id"]), time.time())
-    poll("the long job running", lambda: rows(ha.url(), "SELECT 1 FROM ingest_jobs WHERE id = %s AND status = 'running'",
+    poll("the long job running", lambda: rows(ha.url(), "SELECT 1 FROM ingest_jobs_all WHERE id = %s AND status = 'running'",
                                               (long_job["id"],)), 60, 0.05)
     acked_before = len(load.ack_times())
     poll("acknowledgements before the fault", lambda: len(load.ack_times()) >= acked_before + 4, 60, 0.05)
@@ -93,7 +93,7 @@ def fault(ha: HaStack, load: Load, kind: str, outcome: Outcome) -> None:
     poll(f"{standby} promoted", lambda: ha.primary() == standby, 90, 0.1)
     trial.promoted_s = time.time() - fault_at
     done = poll("a completion on the new primary", lambda: rows_or_none(ha.node_url(standby),
-                "SELECT extract(epoch FROM min(finished_at))::float AS t FROM ingest_jobs"
+                "SELECT extract(epoch FROM min(finished_at))::float AS t FROM ingest_jobs_all"
                 " WHERE status = 'completed' AND finished_at > to_timestamp(%s) HAVING count(*) > 0",
                 (fault_at + trial.promoted_s,)), 120, 0.1)
     trial.first_completion_s = done[0]["t"] - fault_at
@@ -160,14 +160,14 @@ def test_the_stack_follows_three_failovers_and_a_switchover_under_load(ha):
     run_ids = [run for run, _ in load.runs.values()]
 
     def all_done() -> bool:
-        jobs = rows_or_none(ha.url(), "SELECT count(*) AS n FROM ingest_jobs WHERE id = ANY(%s) AND status = 'completed'", (ids,))
+        jobs = rows_or_none(ha.url(), "SELECT count(*) AS n FROM ingest_jobs_all WHERE id = ANY(%s) AND status = 'completed'", (ids,))
         runs = rows_or_none(ha.url(), "SELECT count(*) AS n FROM workflow_runs WHERE id = ANY(%s) AND status = 'completed'", (run_ids,))
         return bool(jobs and runs and jobs[0]["n"] == len(ids) and runs[0]["n"] == len(run_ids))
 
     try:
         poll("every acknowledged job and DAG run completed", all_done, 180, 0.5)
     except AssertionError:
-        found = rows(ha.url(), "SELECT status, count(*) FROM ingest_jobs WHERE id = ANY(%s) GROUP BY 1", (ids,))
+        found = rows(ha.url(), "SELECT status, count(*) FROM ingest_jobs_all WHERE id = ANY(%s) GROUP BY 1", (ids,))
         dags = rows(ha.url(), "SELECT status, count(*) FROM workflow_runs WHERE id = ANY(%s) GROUP BY 1", (run_ids,))
         raise AssertionError(f"{len(ids)} jobs, {len(run_ids)} DAG runs acknowledged; on the primary: {found}, {dags}") from None
     slots, unexplained = schedule_gaps(ha, outcome)
@@ -182,7 +182,7 @@ def test_the_stack_follows_three_failovers_and_a_switchover_under_load(ha):
     assert lost == [], f"acknowledged but never ran: {lost}"
     assert doubled == {}, f"two executions of one unit of work overlapped: {doubled}"
     assert len(slots) >= 8 and unexplained == [], f"schedule slots missing outside any failover: {unexplained}"
-    dag_nodes = rows(ha.url(), "SELECT count(*) AS n FROM workflow_node_jobs WHERE run_id = ANY(%s) AND status = 'completed'", (run_ids,))
+    dag_nodes = rows(ha.url(), "SELECT count(*) AS n FROM workflow_node_jobs_all WHERE run_id = ANY(%s) AND status = 'completed'", (run_ids,))
     assert dag_nodes[0]["n"] == len(run_ids) * len(qw_ha_probe.DAG_STEPS), dag_nodes
     leader_after = poll("a leader", lambda: rows_or_none(ha.url("orchestrator"),
                         "SELECT epoch, leader_id FROM qw_leadership WHERE lease_until > now()"), 60)

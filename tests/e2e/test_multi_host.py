@@ -115,7 +115,7 @@ def _enqueue(url: str, count: int, tag: str) -> list[int]:
 
 def _finished(url: str, ids: list[int]) -> list[dict]:
     def done() -> list[dict] | None:
-        found = rows(url, "SELECT status, claimed_by, created_at, started_at, finished_at FROM ingest_jobs WHERE id = ANY(%s)", (ids,))
+        found = rows(url, "SELECT status, claimed_by, created_at, started_at, finished_at FROM ingest_jobs_all WHERE id = ANY(%s)", (ids,))
         return found if all(r["status"] in ("completed", "failed", "cancelled") for r in found) else None
 
     found = wait_until(done, timeout=120, interval=0.2, what=f"{len(ids)} jobs")

@@ -123,7 +123,7 @@ def test_the_example_app_and_qw_go_through_pgbouncer_over_tls_with_scram(head):
     seen = rows(head.direct_url(), "SELECT a.usename, s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)"
                 " WHERE a.datname = current_database() AND a.client_addr = %s::inet", (pgbouncer_address(head),))
     assert seen and all(r["ssl"] for r in seen), seen
-    done = lambda: rows_or_none(head.direct_url(), "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'demo' GROUP BY status")  # noqa: E731
+    done = lambda: rows_or_none(head.direct_url(), "SELECT status, count(*) AS n FROM ingest_jobs_all WHERE reason = 'demo' GROUP BY status")  # noqa: E731
     settled = poll("the demo's jobs to complete", lambda: (found := done()) and [r["status"] for r in found] == ["completed"] and found, 120)
     assert settled[0]["n"] == 10
 
@@ -214,13 +214,13 @@ def test_a_pgbouncer_restart_under_load_loses_nothing_and_runs_nothing_twice(hea
     url = head.direct_url()
 
     def settled() -> list[dict] | None:
-        found = rows_or_none(url, "SELECT dedup_key, status, attempts FROM ingest_jobs WHERE reason = 'pooler-e2e'")
+        found = rows_or_none(url, "SELECT dedup_key, status, attempts FROM ingest_jobs_all WHERE reason = 'pooler-e2e'")
         return found if found is not None and len(found) >= len(acked) and all(r["status"] == "completed" for r in found) else None
 
     try:
         jobs = poll("every acknowledged enqueue to complete", settled, 120, 0.5)
     except AssertionError:
-        found = rows(url, "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'pooler-e2e' GROUP BY 1")
+        found = rows(url, "SELECT status, count(*) AS n FROM ingest_jobs_all WHERE reason = 'pooler-e2e' GROUP BY 1")
         raise AssertionError(f"{len(intended)} enqueued, {len(acked)} acknowledged; in the table: {found}") from None
     keys = [j["dedup_key"] for j in jobs]
     print(f"PgBouncer restart under load: {len(acked)} acknowledged, {len(errors)} failed tries ({sorted(set(errors))})")

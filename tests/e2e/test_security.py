@@ -100,7 +100,7 @@ def test_the_worker_role_works_the_queue_but_cannot_touch_the_control_plane(stac
     queue_workflows.register_ingest_task("demo.fetch_page", lambda reason, args: {})
     job = node_queue.enqueue_ingest_job("demo.fetch_page", "fetch", {"url": "https://security.invalid/"})["id"]
     with psycopg.connect(url, autocommit=True) as conn:
-        wait_until(lambda: conn.execute("SELECT status FROM ingest_jobs WHERE id = %s", (job,)).fetchone()[0] == "completed",
+        wait_until(lambda: conn.execute("SELECT status FROM ingest_jobs_all WHERE id = %s", (job,)).fetchone()[0] == "completed",
                    timeout=60, interval=0.3, what="a job enqueued as the worker role")
         for statement in ("DELETE FROM queue_schema_version", "UPDATE qw_leadership SET epoch = epoch + 1",
                           "DELETE FROM qw_orchestrators", "CREATE TABLE evil (id int)", "COPY (SELECT 1) TO PROGRAM 'true'"):
@@ -128,7 +128,7 @@ def test_no_service_was_refused_a_privilege_while_the_demo_ran(stack):
     def demo_done() -> bool:
         with psycopg.connect(stack.url(), autocommit=True) as conn:
             return conn.execute("SELECT count(*) FILTER (WHERE status <> 'completed') = 0 AND count(*) > 0"
-                                " FROM ingest_jobs WHERE reason = 'demo'").fetchone()[0]
+                                " FROM ingest_jobs_all WHERE reason = 'demo'").fetchone()[0]
 
     wait_until(demo_done, timeout=180, interval=1, what="the demo's jobs")
     services = [s for s in stack.compose("config", "--services").stdout.split() if s != "postgres"]  # its log has our probes

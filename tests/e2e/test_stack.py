@@ -32,16 +32,16 @@ def test_the_opt_in_demo_seeds_once_and_qw_status_sees_it(stack):
     # `run --rm demo` (the fixture's) enqueued the example app's jobs and workflows; the cpu profile ran them.
     assert "demo enqueued {'ingest_jobs': 10, 'workflow_node_jobs': 5, 'workflow_runs': 2}" in stack.demo, stack.demo
     def demo_done():
-        rows = _rows_or_none(owner, "SELECT status, count(*) AS n FROM ingest_jobs WHERE reason = 'demo' GROUP BY status")
+        rows = _rows_or_none(owner, "SELECT status, count(*) AS n FROM ingest_jobs_all WHERE reason = 'demo' GROUP BY status")
         return rows if rows and {r["status"] for r in rows} == {"completed"} else None
 
     done = wait_until(demo_done, timeout=180, interval=0.5, what="the demo's ingest jobs")
-    first = _rows(owner, "SELECT extract(epoch FROM min(finished_at)) AS t FROM ingest_jobs")[0]["t"]
+    first = _rows(owner, "SELECT extract(epoch FROM min(finished_at)) AS t FROM ingest_jobs_all")[0]["t"]
     print(f"\ncompose up -> first job completed: {float(first) - (time.time() - (time.monotonic() - stack.started_at)):.1f}s")
     assert sum(r["n"] for r in done) == 10
     again = stack.compose("run", "--rm", "-T", "demo").stdout
     assert "nothing: this database already has the demo's work" in again, again
-    assert _rows(owner, "SELECT count(*) AS n FROM ingest_jobs WHERE reason = 'demo'")[0]["n"] == 10
+    assert _rows(owner, "SELECT count(*) AS n FROM ingest_jobs_all WHERE reason = 'demo'")[0]["n"] == 10
     inside = json.loads(stack.compose("exec", "-T", "orchestrator", "qw", "status", "--json").stdout)
     host = subprocess.run([sys.executable, "-m", "qw_services.cli", "status", "--json"], capture_output=True, text=True,
                           env={**stack.env, "QW_DATABASE_URL": owner, "QW_APP": "qw_demo"}, timeout=60)
@@ -64,7 +64,7 @@ def test_the_opt_in_demo_seeds_once_and_qw_status_sees_it(stack):
 def test_work_enqueued_from_the_host_completes(stack):
     url = _use(stack)  # the worker role, logging in over TCP with its password
     ids = [node_queue.enqueue_ingest_job("demo.fetch_page", "fetch", {"url": f"https://e2e.invalid/{i}"})["id"] for i in range(20)]
-    wait_until(lambda: _rows(url, "SELECT count(*) AS n FROM ingest_jobs WHERE id = ANY(%s) AND status = 'completed'", (ids,))[0]["n"] == 20,
+    wait_until(lambda: _rows(url, "SELECT count(*) AS n FROM ingest_jobs_all WHERE id = ANY(%s) AND status = 'completed'", (ids,))[0]["n"] == 20,
                timeout=60, interval=0.2, what="20 jobs from the host")
 
 
@@ -81,11 +81,11 @@ def test_a_killed_worker_container_loses_its_job_to_another(stack):
     stack.compose("up", "-d", "--no-recreate", "--scale", "ingest-worker-2=2", "ingest-worker-2")
     wait_until(lambda: len(_rows(url, "SELECT 1 FROM worker_heartbeats WHERE queue = 'load'")) == 2, timeout=90, what="two load workers")
     job = node_queue.enqueue_ingest_job("demo.load_rows", "load", {"rows": list(range(1500))})["id"]  # ~15 s of work
-    running = wait_until(lambda: _rows(url, "SELECT claimed_by FROM ingest_jobs WHERE id = %s AND status = 'running'", (job,)),
+    running = wait_until(lambda: _rows(url, "SELECT claimed_by FROM ingest_jobs_all WHERE id = %s AND status = 'running'", (job,)),
                          timeout=30, what="the slow job to start")
     first = running[0]["claimed_by"]
     subprocess.run(["docker", "kill", _worker_container(stack, "ingest-worker-2", first)], check=True, capture_output=True, timeout=30)
-    row = wait_until(lambda: (r := _rows(url, "SELECT status, claimed_by FROM ingest_jobs WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
+    row = wait_until(lambda: (r := _rows(url, "SELECT status, claimed_by FROM ingest_jobs_all WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
                      timeout=90, interval=0.5, what="the job to finish elsewhere")
     assert row["status"] == "completed" and row["claimed_by"] != first
 
@@ -99,12 +99,12 @@ def test_a_frozen_worker_container_loses_its_job_and_stops_itself_on_thaw(stack)
     wait_until(lambda: len(_rows(url, "SELECT 1 FROM worker_heartbeats WHERE queue = 'load' AND last_seen > now() - interval '25 seconds'")) >= 2,
                timeout=90, what="two live load workers")
     job = node_queue.enqueue_ingest_job("demo.load_rows", "load", {"rows": list(range(1500))})["id"]  # ~15 s of work
-    first = wait_until(lambda: _rows(url, "SELECT claimed_by FROM ingest_jobs WHERE id = %s AND status = 'running'", (job,)),
+    first = wait_until(lambda: _rows(url, "SELECT claimed_by FROM ingest_jobs_all WHERE id = %s AND status = 'running'", (job,)),
                        timeout=30, what="the slow job to start")[0]["claimed_by"]
     frozen = _worker_container(stack, "ingest-worker-2", first)
     subprocess.run(["docker", "pause", frozen], check=True, capture_output=True, timeout=30)
     try:
-        row = wait_until(lambda: (r := _rows(url, "SELECT status, claimed_by, attempts FROM ingest_jobs WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
+        row = wait_until(lambda: (r := _rows(url, "SELECT status, claimed_by, attempts FROM ingest_jobs_all WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
                          timeout=150, interval=0.5, what="the frozen host's job to finish elsewhere")
     finally:
         subprocess.run(["docker", "unpause", frozen], capture_output=True, timeout=30)
@@ -113,7 +113,7 @@ def test_a_frozen_worker_container_loses_its_job_and_stops_itself_on_thaw(stack)
                       and "exiting with code 77" in out.stdout + out.stderr and out.stdout + out.stderr,
                       timeout=60, interval=0.5, what="the thawed worker to stop itself (exit 77)")
     assert f"job {job}: no longer ours" in said
-    assert _rows(url, "SELECT status, claimed_by FROM ingest_jobs WHERE id = %s", (job,))[0] == {"status": "completed", "claimed_by": row["claimed_by"]}
+    assert _rows(url, "SELECT status, claimed_by FROM ingest_jobs_all WHERE id = %s", (job,))[0] == {"status": "completed", "claimed_by": row["claimed_by"]}
 
 def test_off_from_inside_a_container_parks_the_worker(stack):
     url = _use(stack)
@@ -123,11 +123,11 @@ def test_off_from_inside_a_container_parks_the_worker(stack):
     wait_until(lambda: "turned OFF" in stack.compose("logs", "--no-color", "cpu-worker").stdout, timeout=30, what="the worker to park")
     deadline = time.monotonic() + 5  # parked: the job stays queued while the worker lives on
     while time.monotonic() < deadline:
-        assert _rows(url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (job,))[0]["status"] == "queued"
+        assert _rows(url, "SELECT status FROM workflow_node_jobs_all WHERE id = %s", (job,))[0]["status"] == "queued"
         time.sleep(0.5)
     assert stack.states()["cpu-worker"][0][0] == "running"
     stack.compose("exec", "-T", "cpu-worker", "queue-worker-control", "--queue", "cpu", "--on")
-    wait_until(lambda: _rows(url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (job,))[0]["status"] == "completed",
+    wait_until(lambda: _rows(url, "SELECT status FROM workflow_node_jobs_all WHERE id = %s", (job,))[0]["status"] == "completed",
                timeout=60, what="the job once ON")
 
 
@@ -139,7 +139,7 @@ def test_the_cuda_gpu_worker_image_runs_the_demo_gpu_node_in_cpu_fallback(stack)
     owner = stack.url()
     # The demo's workflows wait on their `embed` node (model demo-embed) until a gpu worker comes.
     embeds = wait_until(
-        lambda: (rows := _rows_or_none(owner, "SELECT status, claimed_by, model_hit, model_load_seconds FROM workflow_node_jobs"
+        lambda: (rows := _rows_or_none(owner, "SELECT status, claimed_by, model_hit, model_load_seconds FROM workflow_node_jobs_all"
                                              " WHERE node_name = 'embed'")) and all(r["status"] == "completed" for r in rows) and rows,
         timeout=180, interval=1, what="the demo's gpu nodes on the CUDA image")
     assert all(":gpu:" in r["claimed_by"] and r["claimed_by"].startswith("e2e:") for r in embeds), embeds
@@ -235,7 +235,7 @@ def test_a_postgres_restart_under_load_loses_no_job(stack):
         producer.join(timeout=30)
 
     def settled():
-        rows = _rows_or_none(url, "SELECT status, count(*) AS n FROM ingest_jobs WHERE id = ANY(%s) GROUP BY status", (acknowledged,))
+        rows = _rows_or_none(url, "SELECT status, count(*) AS n FROM ingest_jobs_all WHERE id = ANY(%s) GROUP BY status", (acknowledged,))
         return rows if rows and [r["status"] for r in rows] == ["completed"] else None
 
     rows = wait_until(settled, timeout=180, interval=1, what=f"all {len(acknowledged)} acknowledged jobs to complete after the restart")

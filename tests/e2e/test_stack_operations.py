@@ -47,7 +47,7 @@ def test_a_service_process_that_dies_is_restarted_by_the_restart_policy(stack, s
     if service == "cpu-worker":  # the stack's only cpu worker runs a job again
         url = _use(stack)
         job = node_queue.enqueue_node_job("square", "cpu", node_module="qw_demo.square", inputs={"x": 3})["id"]
-        wait_until(lambda: _rows(url, "SELECT status FROM workflow_node_jobs WHERE id = %s", (job,))[0]["status"] == "completed",
+        wait_until(lambda: _rows(url, "SELECT status FROM workflow_node_jobs_all WHERE id = %s", (job,))[0]["status"] == "completed",
                    timeout=90, interval=0.5, what="a cpu job on the restarted worker")
     else:  # the restarted process beats again, and the dead one's row (silent now) is not counted
         hostname, started = _inspect(container, "{{.Config.Hostname}}"), _inspect(container, "{{.State.StartedAt}}")
@@ -122,7 +122,7 @@ def test_your_own_application_runs_in_the_stack(stack, tmp_path):
         job = int(subprocess.run(["docker", "exec", container, "python", "-c", enqueue], capture_output=True, text=True, check=True,
                                  timeout=60).stdout.split()[-1])
         url = stack.url()
-        row = wait_until(lambda: (r := _rows(url, "SELECT status, result FROM ingest_jobs WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
+        row = wait_until(lambda: (r := _rows(url, "SELECT status, result FROM ingest_jobs_all WHERE id = %s", (job,))[0])["status"] in TERMINAL and r,
                          timeout=90, interval=0.5, what="the application's job")
         assert row["status"] == "completed" and row["result"]["words"] == 3, row
     finally:
