@@ -90,10 +90,12 @@ def stop_job(
     except Exception as exc:  # noqa: BLE001 - the exit tries again
         log.warning("the job's processes were not ended before its write: %s", first_line(exc))
     statement = ("node_timeout" if trip.timeout is not None else WRITES.get(trip.code)) if job is not None else None
-    if job is not None and statement is None and device_check is None and job.rows is None and len(job.ids) <= 1:
-        origin = None  # a job given up with nothing to write: its lease may lapse any moment, so leave now rather than record why
+    writes = statement is not None or device_check is not None or (job is not None and (job.rows is not None or len(job.ids) > 1))
+    # The exit is recorded beside a write the trip makes anyway, or when no job is held; a job given up
+    # with nothing to write leaves at once, since its lease may lapse while a connection is tried.
+    origin = origin if writes or job is None else None
     outcome = ""
-    if statement is not None or device_check is not None or origin is not None or (job is not None and (job.rows is not None or len(job.ids) > 1)):
+    if writes or origin is not None:
         try:
             outcome = _write(job, trip, statement, url=url, worker_id=worker_id, max_trips=max_trips, device_check=device_check, origin=origin)
         except Exception as exc:  # noqa: BLE001 - leave anyway; the lease returns the job
