@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
-from collections.abc import Callable
+from typing import Any
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.common.listening import run_listening
+from queue_workflows.leader.batched import BatchedService
 
 log = logging.getLogger(__name__)
 
@@ -53,32 +52,15 @@ def move_once(conn: db.Conn, *, batch: int = 500, covered: tuple[dt.date, dt.dat
     return {name: conn.execute(statement, params).rowcount for name, statement in MOVES.items()}, covered
 
 
-class HistoryMover:
-    """The leader's mover: a step every `history_interval`, every `pause` while batches come full."""
+class HistoryMover(BatchedService):
+    """The leader's mover: a step every `retention_interval_seconds`, every `pause` while batches come full."""
 
-    def __init__(
-        self,
-        *,
-        stop_event: threading.Event,
-        guard: Callable[[db.Conn], None] | None = None,
-        batch: int = 500,
-        interval: float | None = None,
-        pause: float = 0.05,
-    ) -> None:
-        self.stop_event = stop_event
-        self.guard = guard
-        self.batch = batch
-        self.interval = interval or config.current().settings.retention_interval_seconds
-        self.pause = pause
-        self.total = 0
-        self.covered: tuple[dt.date, dt.date] | None = None
+    what, done, prefix, log_level = "history", "moved", "move_", logging.DEBUG
 
-    def _step(self, conn: db.Conn) -> float:
+    def __init__(self, *, pause: float = 0.05, **kwargs: Any) -> None:
+        super().__init__(pause=pause, **kwargs)
+        self.covered: tuple[dt.date, dt.date] | None = None  # the partitions known to exist, so a step makes none it need not
+
+    def batch_once(self, conn: db.Conn) -> dict[str, int]:
         moved, self.covered = move_once(conn, batch=self.batch, covered=self.covered)
-        self.total += sum(moved.values())
-        if any(moved.values()):
-            log.debug("history: moved %s", ", ".join(f"{n} {name.removeprefix('move_')}" for name, n in moved.items() if n))
-        return self.pause if any(n >= self.batch for n in moved.values()) else self.interval
-
-    def run_forever(self) -> None:
-        run_listening(self.stop_event, what="history", channel=None, step=self._step, guard=self.guard)
+        return moved

@@ -12,12 +12,10 @@ the server rather than all of it.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 
 from queue_workflows import config, db
 from queue_workflows.common import sqlfile
-from queue_workflows.common.listening import run_listening
+from queue_workflows.leader.batched import BatchedService
 
 log = logging.getLogger(__name__)
 
@@ -41,32 +39,10 @@ def prune_once(conn: db.Conn, *, batch: int = 500) -> dict[str, int]:
     return deleted
 
 
-class Retention:
+class Retention(BatchedService):
     """The leader's pruning service: a step every `retention_interval_seconds`, every `pause` while batches come full."""
 
-    def __init__(
-        self,
-        *,
-        stop_event: threading.Event,
-        guard: Callable[[db.Conn], None] | None = None,
-        batch: int = 500,
-        interval: float | None = None,
-        pause: float = 0.1,
-    ) -> None:
-        self.stop_event = stop_event
-        self.guard = guard
-        self.batch = batch
-        self.interval = interval or config.current().settings.retention_interval_seconds
-        self.pause = pause
-        self.total = 0
+    what, done, prefix = "retention", "pruned", "prune_"
 
-    def _step(self, conn: db.Conn) -> float:
-        deleted = prune_once(conn, batch=self.batch)
-        pruned = sum(deleted.values())
-        self.total += pruned
-        if pruned:
-            log.info("retention: pruned %s", ", ".join(f"{n} {name.removeprefix('prune_')}" for name, n in deleted.items() if n))
-        return self.pause if any(n >= self.batch for n in deleted.values()) else self.interval
-
-    def run_forever(self) -> None:
-        run_listening(self.stop_event, what="retention", channel=None, step=self._step, guard=self.guard)
+    def batch_once(self, conn: db.Conn) -> dict[str, int]:
+        return prune_once(conn, batch=self.batch)
