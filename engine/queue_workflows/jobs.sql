@@ -137,6 +137,13 @@ UPDATE {table} j
  WHERE j.id = due.id
 RETURNING j.id;
 
+-- name: queue_has_work
+-- Whether a claim on the queue could find anything: a queued job, or a delayed one now due. An
+-- idle worker in line for the baton asks it in the round trip of each wait (a transaction begun
+-- before the wait: hence statement_timestamp(), not now()), and claims only then.
+SELECT EXISTS (SELECT FROM {table} WHERE status = 'queued' AND queue = %(queue)s)
+    OR EXISTS (SELECT FROM {table} WHERE status = 'scheduled' AND run_after <= statement_timestamp() AND queue = %(queue)s) AS has_work;
+
 -- name: queue_counts
 SELECT queue, status, count(*) AS n,
        extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'queued'))::float AS oldest_queued_s

@@ -131,6 +131,11 @@ def reclaim_orphans(conn: db.Conn, table: JobTable, *, suspects: list[int]) -> l
         return c.execute(_RECLAIM.sql("reclaim_orphans", table), {"suspects": suspects}).fetchall()
 
 
+def queue_has_work(table: JobTable, queue: str) -> Statement:
+    """Whether a claim on `queue` could find a job (queued, or delayed and due): `has_work`."""
+    return _JOBS.sql("queue_has_work", table), {"queue": queue}
+
+
 def promote_due(conn: db.Conn, table: JobTable, queue: str | None = None, *, limit: int = 1000) -> int:
     """Make delayed jobs whose `run_after` has come claimable (one queue, or all); returns how many."""
     with db.transaction(conn) as c:

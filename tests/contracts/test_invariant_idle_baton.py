@@ -153,3 +153,42 @@ def test_waiting_in_line_writes_nothing_to_the_server_log(private_database_url, 
         second.execute("SELECT 1")
     logged = (log.read_text(errors="replace") if log.exists() else "")[len(before):]
     assert "ERROR" not in logged, logged
+
+
+def test_a_wait_in_line_says_whether_the_queue_has_work(database_url):
+    """A worker in line claims only when its wait ran out and the queue has work a claim could take."""
+    from queue_workflows import db, jobstore
+    from queue_workflows.worker.idle_baton import IdleBaton, Turn
+
+    register_ingest_task("record", qw_test_app.record)
+    holder, waiter = IdleBaton("fetch", wait_seconds=0.02), IdleBaton("fetch", wait_seconds=0.02)
+    look = jobstore.queue_has_work("ingest_jobs", "fetch")
+    with db.connect(autocommit=True, url=database_url) as conn, db.connect(autocommit=True, url=database_url) as second:
+        assert holder.take(conn)
+        assert waiter.wait_turn(second, look) is Turn.WAIT  # an empty queue: nothing to claim
+        other = node_queue.enqueue_ingest_job("record", "load", {"token": "elsewhere"})["id"]
+        job = node_queue.enqueue_ingest_job("record", "fetch", {"token": "later"})["id"]
+        delay = "UPDATE ingest_jobs SET status = 'scheduled', run_after = now() + make_interval(secs => %s) WHERE id = %s"
+        query(database_url, delay, (3600, job))
+        assert waiter.wait_turn(second, look) is Turn.WAIT  # another queue's job, and one of ours not yet due
+        query(database_url, delay, (-1, job))
+        assert waiter.wait_turn(second, look) is Turn.WORK  # due: a claim promotes it
+        query(database_url, "UPDATE ingest_jobs SET status = 'queued' WHERE id = %s", (job,))
+        assert waiter.wait_turn(second, look) is Turn.WORK
+        query(database_url, "DELETE FROM ingest_jobs WHERE id IN (%s, %s)", (job, other))
+        assert waiter.wait_turn(second, look) is Turn.WAIT and not waiter.held_on(second)
+        holder.release(conn)
+        assert waiter.wait_turn(second, look) is Turn.HELD and waiter.held_on(second)
+
+
+def test_an_idle_worker_in_line_makes_no_claims(database_url, procs: Procs):
+    """Five waits in line a second, each asking whether there is work: none is, so it claims nothing
+    (it used to claim after every wait that ran out: ~5 empty claims a second here)."""
+    register_ingest_task("record", qw_test_app.record)
+    workers = [procs.worker(service_env(database_url, QW_POLL_SECONDS="0.2"), "fetch") for _ in range(2)]
+    wait_workers_ready(database_url, workers)
+    wait_until(lambda: (h := _line(database_url))[0] and h[1] == 1, timeout=20, what="a holder and one in line")
+    in_line = next(w for w in workers if w is not _holder(database_url, workers))
+    time.sleep(2)  # the quantity guarded is claims over idle time
+    # Its start-up drain's claim and promotion (at most two), and none while it waited.
+    assert _empty_claims(procs, [in_line]) <= 2

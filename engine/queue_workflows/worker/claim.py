@@ -36,7 +36,7 @@ from queue_workflows.payloads import clean_text
 from queue_workflows.queries import JobTable
 from queue_workflows.worker import exits, progress, retry
 from queue_workflows.worker.executor import Outcome, job_log_fields, oom_outcome, run_ingest_job, run_node_job
-from queue_workflows.worker.idle_baton import IdleBaton
+from queue_workflows.worker.idle_baton import IdleBaton, Turn
 from queue_workflows.worker.liveness import BeatConfig, LivenessBeat
 from queue_workflows.worker.liveness.watchdogs import JobWatch, Trip, budget_for
 from queue_workflows.worker.session import SessionClosed, WorkerSession
@@ -135,13 +135,14 @@ class ClaimWorker:
             self.gpu.idle()  # a quiet poll: unload models unused for QW_GPU_IDLE_UNLOAD_SECONDS
 
     def _wait_in_line(self, baton: IdleBaton) -> None:
-        """Queue for the baton for up to a poll interval, in waits of at most a second so a stop or a switch is heard."""
-        deadline = time.monotonic() + self.settings.poll_seconds
-        while self._may_claim() and time.monotonic() < deadline:
+        """Queue for the baton until it is ours or the queue has work (a stalled holder's), in waits of
+        at most a second so a stop or a switch is heard; each wait looks for work in its round trip."""
+        look = jobstore.queue_has_work(self.table, self.queue)
+        while self._may_claim():
             if self.switch.changed.is_set():
                 self.switch.changed.clear()
                 return
-            if self.session.run(baton.take):
+            if self.session.run(lambda conn: baton.wait_turn(conn, look)) is not Turn.WAIT:
                 return
 
     def _read_switch(self, conn: Any) -> None:

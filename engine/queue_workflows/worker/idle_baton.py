@@ -5,12 +5,16 @@ futile claims per job grow with the workers. With it, of a queue's idle workers 
 of a session advisory lock (namespace `BATON_NAMESPACE`, key `hashtext(queue)`) acts on NOTIFY;
 the others block on that lock. The holder hands the baton on the moment it claims a job, and the
 next in line (woken by the lock, not by a NOTIFY) drains once before it listens: at most one
-futile claim per job, however many workers. A worker waits in line at most `poll_seconds` at a
-time and then polls as before, so a stalled holder delays work by a poll, never stops it. A dead
-holder's connection ends and with it the lock.
+futile claim per job, however many workers. Each wait in line lasts at most a poll (and a second) and asks,
+in the same round trip, whether the queue has work; a worker in line claims when it has, so a
+stalled holder delays work by a poll, never stops it, and an idle line costs one statement a poll
+per worker. A dead holder's connection ends and with it the lock.
 """
 
 from __future__ import annotations
+
+import enum
+from typing import Any
 
 import psycopg
 
@@ -21,7 +25,15 @@ _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
 BATON_NAMESPACE = 0x5159  # beside the worker sessions' 0x5157
 
-__all__ = ["BATON_NAMESPACE", "IdleBaton"]
+__all__ = ["BATON_NAMESPACE", "IdleBaton", "Turn"]
+
+
+class Turn(enum.Enum):
+    """What one wait in line came to."""
+
+    HELD = "held"  # the baton is this worker's: it drains, then listens
+    WORK = "work"  # still in line, but the queue has work (a stalled holder's): claim it
+    WAIT = "wait"  # still in line, nothing to claim: wait again
 
 
 class IdleBaton:
@@ -45,7 +57,22 @@ class IdleBaton:
         if self.held_on(conn):
             return True
         # One round trip: the function sets its lock_timeout locally, and autocommit ends it with the statement.
-        row = conn.execute(_WORKER.sql("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}).fetchone()
+        return self._taken(conn, conn.execute(*self._take_statement()).fetchone())
+
+    def wait_turn(self, conn: db.Conn, look: tuple[Any, dict[str, Any]]) -> Turn:
+        """One wait in line and, in its round trip, `look` (a query whose `has_work` says whether a claim would find a job)."""
+        if self.held_on(conn):
+            return Turn.HELD
+        took, looked = db.one_round_trip(conn, [self._take_statement(), look])
+        if self._taken(conn, took.fetchone()):
+            return Turn.HELD
+        row = looked.fetchone()
+        return Turn.WORK if row and row["has_work"] else Turn.WAIT
+
+    def _take_statement(self) -> tuple[Any, dict[str, Any]]:
+        return _WORKER.sql("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}
+
+    def _taken(self, conn: db.Conn, row: Any) -> bool:
         if not (row and row["taken"]):
             discard_backlog(conn)  # not ours to act on; and psycopg would keep them all
             return False
