@@ -7,6 +7,7 @@ it down."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import urllib.request
 
 import psycopg
 import pytest
-from e2e_support import TERMINAL
+from e2e_support import ROOT, TERMINAL
 from e2e_support import rows as _rows
 from e2e_support import rows_or_none as _rows_or_none
 from e2e_support import use as _use
@@ -66,6 +67,52 @@ def test_work_enqueued_from_the_host_completes(stack):
     ids = [node_queue.enqueue_ingest_job("demo.fetch_page", "fetch", {"url": f"https://e2e.invalid/{i}"})["id"] for i in range(20)]
     wait_until(lambda: _rows(url, "SELECT count(*) AS n FROM ingest_jobs_all WHERE id = ANY(%s) AND status = 'completed'", (ids,))[0]["n"] == 20,
                timeout=60, interval=0.2, what="20 jobs from the host")
+
+
+# A producer on the host: the engine's own tracer provider (OTEL_* variables), the demo's task.
+PRODUCER = """
+import json, sys, queue_workflows, qw_demo
+from queue_workflows import node_queue
+from queue_workflows.common import tracing
+queue_workflows.configure(database_url=sys.argv[1], ingest_queues=frozenset({"fetch", "load"}))
+queue_workflows.register_ingest_task("demo.fetch_page", qw_demo.fetch_page)
+row = node_queue.enqueue_ingest_job("demo.fetch_page", "fetch", {"url": "https://trace.invalid/1"})
+tracing.flush(10)
+print(json.dumps({"id": row["id"]}))
+"""
+
+
+def test_a_job_enqueued_on_the_host_and_run_in_a_worker_container_is_one_trace(stack):
+    """compose passes OTEL_EXPORTER_OTLP_ENDPOINT to the services and the images carry the otel
+    extra: the worker container's claim and run spans reach a real OTLP receiver in the host
+    producer's trace, through the context the job row carries."""
+    from otlp_receiver import OtlpReceiver  # the test extra carries the otel one: no skip
+
+    url = stack.url("worker")
+    network = f"{stack.project}_default"
+    gateway = subprocess.run(["docker", "network", "inspect", network, "--format", "{{range .IPAM.Config}}{{.Gateway}}{{end}}"],
+                             capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    assert gateway, f"no gateway on {network}"
+    with OtlpReceiver(host="0.0.0.0") as rx:  # the containers reach the host at their network's gateway
+        traced = {**stack.env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{gateway}:{rx.port}"}
+        subprocess.run(["docker", "compose", "up", "-d", "--wait", "--no-deps", "--force-recreate", "ingest-worker"],
+                       cwd=ROOT, env=traced, check=True, capture_output=True, timeout=300)
+        try:
+            producer = subprocess.run([sys.executable, "-c", PRODUCER, url], capture_output=True, text=True, timeout=60, env={
+                **stack.env, "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint, "OTEL_SERVICE_NAME": "e2e-producer",
+                "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")])})
+            assert producer.returncode == 0, producer.stderr
+            job = json.loads(producer.stdout.strip().splitlines()[-1])["id"]
+            wait_until(lambda: rx.named("qw.run", **{"qw.job.id": job}), timeout=60, interval=0.5,
+                       what=f"job {job}'s run span from the worker container (spans so far: {sorted({s.name for s in rx.spans})})")
+        finally:
+            stack.compose("up", "-d", "--wait", "--no-deps", "--force-recreate", "ingest-worker", timeout=300)
+    [enqueue] = rx.named("qw.enqueue")
+    [run] = rx.named("qw.run", **{"qw.job.id": job})
+    assert enqueue.service == "e2e-producer" and run.service == "queue-workflows", (enqueue, run)
+    assert run.trace_id == enqueue.trace_id, (enqueue, run)
+    assert run.attributes["qw.worker.id"].startswith("e2e:fetch:"), run
+    assert _rows(url, "SELECT status FROM ingest_jobs_all WHERE id = %s", (job,))[0]["status"] == "completed"
 
 
 def _worker_container(stack, service: str, worker_id: str) -> str:

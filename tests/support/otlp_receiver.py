@@ -37,9 +37,9 @@ def _attributes(kvs: Any) -> dict[str, Any]:
 
 
 class OtlpReceiver:
-    """`with OtlpReceiver() as r:` serves on 127.0.0.1; `r.endpoint` for OTEL_EXPORTER_OTLP_ENDPOINT; `r.spans` as they arrive."""
+    """`with OtlpReceiver() as r:` serves on 127.0.0.1 (or `host`); `r.endpoint` for OTEL_EXPORTER_OTLP_ENDPOINT; `r.spans` as they arrive."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.spans: list[Span] = []
         self.requests = 0
         self._lock = threading.Lock()
@@ -65,8 +65,9 @@ class OtlpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self.port = int(self._server.server_address[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def _add(self, request: ExportTraceServiceRequest) -> None:
