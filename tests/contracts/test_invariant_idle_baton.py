@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 
 import pytest
@@ -16,7 +17,7 @@ from procs import Procs, query, service_env, wait_exit, wait_until, wait_workers
 from queue_workflows import node_queue
 from queue_workflows.jobstore import WORKER_LOCK_NAMESPACE
 from queue_workflows.tasks import register_ingest_task
-from queue_workflows.worker.idle_baton import BATON_NAMESPACE
+from queue_workflows.worker.idle_baton import BATON_NAMESPACE, IdleBaton, Turn
 
 pytestmark = pytest.mark.multiprocess
 WORKERS = 6
@@ -123,33 +124,31 @@ def test_a_stalled_holder_costs_at_most_a_poll(database_url, procs: Procs):
 
 def test_releasing_on_a_lost_session_neither_raises_nor_leaves_the_lock(database_url):
     from queue_workflows import db
-    from queue_workflows.worker.idle_baton import IdleBaton
 
-    mine, other = IdleBaton("fetch", wait_seconds=0.2), IdleBaton("fetch", wait_seconds=0.2)
+    mine, other = IdleBaton("fetch", "ingest_jobs", wait_seconds=0.2), IdleBaton("fetch", "ingest_jobs", wait_seconds=0.2)
     with db.connect(autocommit=True, url=database_url) as conn, db.connect(autocommit=True, url=database_url) as second:
-        assert mine.take(conn) and mine.held_on(conn)
-        assert not other.take(second)  # in line behind it
+        assert mine.wait_turn(conn) is Turn.HELD and mine.held_on(conn)
+        assert other.wait_turn(second) is not Turn.HELD  # in line behind it
         query(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (conn.info.backend_pid,))
         wait_until(lambda: not query(database_url, "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND datname = current_database()", (conn.info.backend_pid,)),
                    timeout=5, what="the backend to end")
         mine.release(conn)  # the claim before it succeeded: this must not raise and retry the claim
         assert not mine.held_on(conn)
-        assert other.take(second)  # the lock ended with the session
+        assert other.wait_turn(second) is Turn.HELD  # the lock ended with the session
 
 
 def test_waiting_in_line_writes_nothing_to_the_server_log(private_database_url, private_pg):
     """Idle workers wait in line all day: a timed-out wait must not log an ERROR each time."""
     from queue_workflows import db
-    from queue_workflows.worker.idle_baton import IdleBaton
 
     log = private_pg.server.log
     before = log.read_text(errors="replace") if log.exists() else ""
-    holder, waiter = IdleBaton("fetch", wait_seconds=0.02), IdleBaton("fetch", wait_seconds=0.02)
+    holder, waiter = IdleBaton("fetch", "ingest_jobs", wait_seconds=0.02), IdleBaton("fetch", "ingest_jobs", wait_seconds=0.02)
     with db.connect(autocommit=True, url=private_database_url) as conn, db.connect(autocommit=True, url=private_database_url) as second:
-        assert holder.take(conn)
-        assert not any(waiter.take(second) for _ in range(5))  # five waits run out, in line behind it
+        assert holder.wait_turn(conn) is Turn.HELD
+        assert not any(waiter.wait_turn(second) is Turn.HELD for _ in range(5))  # five waits run out, in line behind it
         holder.release(conn)
-        assert waiter.take(second)  # and the line still moves
+        assert waiter.wait_turn(second) is Turn.HELD  # and the line still moves
         second.execute("SELECT 1")
     logged = (log.read_text(errors="replace") if log.exists() else "")[len(before):]
     assert "ERROR" not in logged, logged
@@ -157,28 +156,26 @@ def test_waiting_in_line_writes_nothing_to_the_server_log(private_database_url, 
 
 def test_a_wait_in_line_says_whether_the_queue_has_work(database_url):
     """A worker in line claims only when its wait ran out and the queue has work a claim could take."""
-    from queue_workflows import db, jobstore
-    from queue_workflows.worker.idle_baton import IdleBaton, Turn
+    from queue_workflows import db
 
     register_ingest_task("record", qw_test_app.record)
-    holder, waiter = IdleBaton("fetch", wait_seconds=0.02), IdleBaton("fetch", wait_seconds=0.02)
-    look = jobstore.queue_has_work("ingest_jobs", "fetch")
+    holder, waiter = IdleBaton("fetch", "ingest_jobs", wait_seconds=0.02), IdleBaton("fetch", "ingest_jobs", wait_seconds=0.02)
     with db.connect(autocommit=True, url=database_url) as conn, db.connect(autocommit=True, url=database_url) as second:
-        assert holder.take(conn)
-        assert waiter.wait_turn(second, look) is Turn.WAIT  # an empty queue: nothing to claim
+        assert holder.wait_turn(conn) is Turn.HELD
+        assert waiter.wait_turn(second) is Turn.WAIT  # an empty queue: nothing to claim
         other = node_queue.enqueue_ingest_job("record", "load", {"token": "elsewhere"})["id"]
         job = node_queue.enqueue_ingest_job("record", "fetch", {"token": "later"})["id"]
         delay = "UPDATE ingest_jobs SET status = 'scheduled', run_after = now() + make_interval(secs => %s) WHERE id = %s"
         query(database_url, delay, (3600, job))
-        assert waiter.wait_turn(second, look) is Turn.WAIT  # another queue's job, and one of ours not yet due
+        assert waiter.wait_turn(second) is Turn.WAIT  # another queue's job, and one of ours not yet due
         query(database_url, delay, (-1, job))
-        assert waiter.wait_turn(second, look) is Turn.WORK  # due: a claim promotes it
+        assert waiter.wait_turn(second) is Turn.WORK  # due: a claim promotes it
         query(database_url, "UPDATE ingest_jobs SET status = 'queued' WHERE id = %s", (job,))
-        assert waiter.wait_turn(second, look) is Turn.WORK
+        assert waiter.wait_turn(second) is Turn.WORK
         query(database_url, "DELETE FROM ingest_jobs WHERE id IN (%s, %s)", (job, other))
-        assert waiter.wait_turn(second, look) is Turn.WAIT and not waiter.held_on(second)
+        assert waiter.wait_turn(second) is Turn.WAIT and not waiter.held_on(second)
         holder.release(conn)
-        assert waiter.wait_turn(second, look) is Turn.HELD and waiter.held_on(second)
+        assert waiter.wait_turn(second) is Turn.HELD and waiter.held_on(second)
 
 
 def test_an_idle_worker_in_line_makes_no_claims(database_url, procs: Procs):
@@ -192,3 +189,26 @@ def test_an_idle_worker_in_line_makes_no_claims(database_url, procs: Procs):
     time.sleep(2)  # the quantity guarded is claims over idle time
     # Its start-up drain's claim and promotion (at most two), and none while it waited.
     assert _empty_claims(procs, [in_line]) <= 2
+
+
+def test_a_look_behind_a_ddl_lock_waits_instead_of_failing_at_the_lines_timeout(database_url):
+    """A wait that takes the baton leaves its short lock_timeout set (one that runs out rolls it back with
+    its exception block); the look after it in the same transaction must not inherit it, or a
+    migration holding the job table would drop the new holder's session, and the baton with it."""
+    from queue_workflows import db
+
+    holder, waiter = IdleBaton("fetch", "ingest_jobs", wait_seconds=0.02), IdleBaton("fetch", "ingest_jobs", wait_seconds=0.02)
+    with db.connect(autocommit=True, url=database_url) as conn, db.connect(autocommit=True, url=database_url) as second, \
+            db.connect(autocommit=True, url=database_url) as ddl:
+        assert holder.wait_turn(conn) is Turn.HELD
+        holder.release(conn)
+        ddl.execute("BEGIN")
+        ddl.execute("LOCK TABLE ingest_jobs IN ACCESS EXCLUSIVE MODE")
+        unlock = threading.Timer(0.5, ddl.execute, args=("COMMIT",))
+        unlock.start()
+        try:
+            started = time.monotonic()
+            assert waiter.wait_turn(second) is Turn.HELD  # the look waited for the lock
+            assert time.monotonic() - started >= 0.4
+        finally:
+            unlock.join()

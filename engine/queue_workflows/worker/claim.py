@@ -87,7 +87,7 @@ class ClaimWorker:
         self.gpu = GpuSide(self.settings) if queue == "gpu" else None
         # A gpu worker picks jobs by the models it holds, so every idle one must see every job.
         # Each wait in line is one statement and one wake-up; a stop waits for it to end (at most a second).
-        self.baton = IdleBaton(queue, wait_seconds=min(self.settings.poll_seconds, 1.0)) if self.gpu is None and self.settings.idle_baton else None
+        self.baton = IdleBaton(queue, self.table, wait_seconds=min(self.settings.poll_seconds, 1.0)) if self.gpu is None and self.settings.idle_baton else None
         self.meter = UsageMeter(vram=self.gpu is not None, sample_seconds=self.settings.gpu_vram_sample_seconds)
         self._usage: Usage | None = None
         self._claim_cache: tuple[Any, list[jobstore.Statement]] | None = None
@@ -137,12 +137,11 @@ class ClaimWorker:
     def _wait_in_line(self, baton: IdleBaton) -> None:
         """Queue for the baton until it is ours or the queue has work (a stalled holder's), in waits of
         at most a second so a stop or a switch is heard; each wait looks for work in its round trip."""
-        look = jobstore.queue_has_work(self.table, self.queue)
         while self._may_claim():
             if self.switch.changed.is_set():
                 self.switch.changed.clear()
                 return
-            if self.session.run(lambda conn: baton.wait_turn(conn, look)) is not Turn.WAIT:
+            if self.session.run(baton.wait_turn) is not Turn.WAIT:
                 return
 
     def _read_switch(self, conn: Any) -> None:

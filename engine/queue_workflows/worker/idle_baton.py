@@ -14,12 +14,12 @@ per worker. A dead holder's connection ends and with it the lock.
 from __future__ import annotations
 
 import enum
-from typing import Any
 
 import psycopg
 
-from queue_workflows import db
+from queue_workflows import db, jobstore
 from queue_workflows.common import sqlfile
+from queue_workflows.queries import JobTable
 
 _WORKER = sqlfile.load("queue_workflows.worker", "worker.sql")
 
@@ -39,10 +39,14 @@ class Turn(enum.Enum):
 class IdleBaton:
     """One worker's place in its queue's line; `held` is true only on the connection that took it."""
 
-    def __init__(self, queue: str, *, wait_seconds: float) -> None:
+    def __init__(self, queue: str, table: JobTable, *, wait_seconds: float) -> None:
         self.queue = queue
         self.wait_seconds = wait_seconds
         self._holder: db.Conn | None = None
+        take = {**self.params, "wait_ms": max(1, int(wait_seconds * 1000))}
+        # One round trip: the wait (its lock_timeout set locally), that timeout ended, then the look.
+        self._wait = [(_WORKER.sql("take_idle_baton"), take), (_WORKER.sql("end_idle_baton_wait"), None),
+                      jobstore.queue_has_work(table, queue)]
 
     @property
     def params(self) -> dict[str, object]:
@@ -52,33 +56,18 @@ class IdleBaton:
         """Held, and on this very connection (a reconnect drops a session lock with its session)."""
         return self._holder is conn and not conn.closed
 
-    def take(self, conn: db.Conn) -> bool:
-        """Wait in line up to `wait_seconds`; True once this worker holds the baton."""
-        if self.held_on(conn):
-            return True
-        # One round trip: the function sets its lock_timeout locally, and autocommit ends it with the statement.
-        return self._taken(conn, conn.execute(*self._take_statement()).fetchone())
-
-    def wait_turn(self, conn: db.Conn, look: tuple[Any, dict[str, Any]]) -> Turn:
-        """One wait in line and, in its round trip, `look` (a query whose `has_work` says whether a claim would find a job)."""
+    def wait_turn(self, conn: db.Conn) -> Turn:
+        """Wait in line up to `wait_seconds`; then whether the baton is ours, or else whether the queue has work."""
         if self.held_on(conn):
             return Turn.HELD
-        took, looked = db.one_round_trip(conn, [self._take_statement(), look])
-        if self._taken(conn, took.fetchone()):
+        took, _, looked = db.one_round_trip(conn, self._wait)
+        discard_backlog(conn)  # in line, not ours to act on; once held, they were for the previous holder
+        row = took.fetchone()
+        if row and row["taken"]:
+            self._holder = conn
             return Turn.HELD
         row = looked.fetchone()
         return Turn.WORK if row and row["has_work"] else Turn.WAIT
-
-    def _take_statement(self) -> tuple[Any, dict[str, Any]]:
-        return _WORKER.sql("take_idle_baton"), {**self.params, "wait_ms": max(1, int(self.wait_seconds * 1000))}
-
-    def _taken(self, conn: db.Conn, row: Any) -> bool:
-        if not (row and row["taken"]):
-            discard_backlog(conn)  # not ours to act on; and psycopg would keep them all
-            return False
-        self._holder = conn
-        discard_backlog(conn)  # what arrived while in line was for the previous holder
-        return True
 
     def release(self, conn: db.Conn) -> None:
         """Hand the baton to the next in line (no-op unless held on `conn`)."""

@@ -61,6 +61,11 @@ SELECT CASE WHEN NOT pg_try_advisory_lock(%(lock_namespace)s::integer, %(lock_ke
 -- others wait here, in line, at most `wait_ms`; false when the wait ran out (migration 0032).
 SELECT qw_take_idle_baton(%(baton_namespace)s::integer, %(queue)s, %(wait_ms)s::integer) AS taken;
 
+-- name: end_idle_baton_wait
+-- Sent after take_idle_baton in the same transaction: a wait that took the baton leaves its short
+-- lock_timeout set, and the look that follows must not give up behind a DDL lock at it.
+SET LOCAL lock_timeout TO DEFAULT;
+
 -- name: wake_on_every_enqueue
 -- A queue whose idle workers all listen (no baton) is announced on every enqueue, not only to a baton holder.
 INSERT INTO qw_wake_every_enqueue (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
