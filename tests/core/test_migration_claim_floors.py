@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from migration_chain import chain_to
+from migration_chain import chain_to, just_before
 
 from queue_workflows import db
 
@@ -24,9 +24,7 @@ def _state(url: str) -> dict[str, object]:
 def test_claim_floors_migrate_up_and_down_with_rows_and_a_reader_open(scratch_database_url, monkeypatch, tmp_path):
     url = scratch_database_url
     monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=5s")  # a migration that waits on the reader fails, rather than hangs
-    before = max(v for v in ALL if v < FLOORS)
-    db.bootstrap(url=url)
-    db.downgrade(before, url=url)
+    before = just_before(FLOORS, url)
     with psycopg.connect(url, autocommit=True) as conn:
         for status, n in (("queued", 3000), ("running", 200), ("completed", 5000), ("failed", 100)):
             conn.execute("INSERT INTO ingest_jobs (task_name, queue, status, claimed_by) SELECT 't', 'fetch', %s, 'w' FROM generate_series(1, %s)",

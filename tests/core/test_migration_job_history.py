@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from migration_chain import chain_to
+from migration_chain import chain_to, just_before
 
 import queue_workflows
 from queue_workflows import db
@@ -45,9 +45,7 @@ def _populate(url: str) -> None:
 def test_history_migrates_up_moves_online_and_rolls_back_every_row_exactly(scratch_database_url, monkeypatch, tmp_path):
     url = scratch_database_url
     monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=5s")  # a migration that waits on the reader fails, rather than hangs
-    before = max(v for v in ALL if v < HISTORY)
-    db.bootstrap(url=url)
-    db.downgrade(before, url=url)
+    before = just_before(HISTORY, url)
     _populate(url)
     original = _digests(url)
     queue_workflows.configure(database_url=url, history_after_seconds=5, retain_finished_seconds=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import psycopg
+from migration_chain import just_before
 
 from queue_workflows import db
 from queue_workflows.ops import schema_dump
@@ -27,8 +28,7 @@ def _schema(url: str) -> str:
 
 def test_trace_context_reaches_history_and_the_views_and_its_down_restores_the_schema(scratch_database_url):
     url = scratch_database_url
-    db.bootstrap(url=url)
-    db.downgrade(TRACE - 1, url=url)
+    just_before(TRACE, url)
     before = _schema(url)
     assert "trace_context" not in before
     db.bootstrap(url=url)

@@ -1,4 +1,5 @@
-"""The engine's migrations up to a version, copied into a folder: a migration test applies them alone beside an open reader."""
+"""A migration test's starting points: a database at the version before the one under test, and the
+migrations up to a version copied into a folder (applied alone beside an open reader)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,11 @@ def chain_to(version: int, into: Path) -> Path:
                 if path is not None:
                     shutil.copy(path, into)
     return into
+
+
+def just_before(version: int, url: str) -> int:
+    """Migrate the database at `url` to the version before `version` (up first, then down); that version."""
+    before = max(m.version for m in db.discover() if m.version < version)
+    db.bootstrap(url=url)
+    db.downgrade(before, url=url)
+    return before
