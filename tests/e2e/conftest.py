@@ -67,8 +67,10 @@ class Stack:
         )
         self.secrets = secrets
 
-    def compose(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(["docker", "compose", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
+    def compose(self, *args: str, check: bool = True, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`docker compose` on this project; `env` adds to (or overrides) its environment for this call."""
+        result = subprocess.run(["docker", "compose", *args], cwd=ROOT, env={**self.env, **(env or {})}, capture_output=True, text=True,
+                                timeout=timeout)
         if check and result.returncode != 0:
             raise AssertionError(f"docker compose {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
         return result

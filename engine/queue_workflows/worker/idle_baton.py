@@ -41,7 +41,6 @@ class IdleBaton:
 
     def __init__(self, queue: str, table: JobTable, *, wait_seconds: float) -> None:
         self.queue = queue
-        self.wait_seconds = wait_seconds
         self._holder: db.Conn | None = None
         take = {**self.params, "wait_ms": max(1, int(wait_seconds * 1000))}
         # One round trip: the wait (its lock_timeout set locally), that timeout ended, then the look.
