@@ -1,4 +1,4 @@
--- The engine's schema as migrations 0001-0056 leave a fresh database (pg_dump --schema-only).
+-- The engine's schema as migrations 0001-0057 leave a fresh database (pg_dump --schema-only).
 -- Generated: do not edit. Regenerate with `python -m queue_workflows.ops.schema_dump` after adding a
 -- migration; tests/test_schema_snapshot.py fails while this file and the migrations disagree.
 
@@ -76,32 +76,39 @@ CREATE FUNCTION public.qw_claim_floor_note(p_table text, p_queue text, p_tenant 
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    g jsonb := nullif(current_setting('qw.claim_floors', true), '')::jsonb;
+    k text := p_table || chr(31) || p_queue || chr(31) || p_tenant;
+    slot text := qw_claim_floor_slot(p_table, p_queue, p_tenant);
+    g jsonb := nullif(current_setting(slot, true), '')::jsonb;
     seq bigint := (SELECT s.last_value FROM qw_requeue_seq AS s);
-    k text := p_table || chr(31) || p_queue || chr(31) || p_tenant || chr(31) || p_priority;
 BEGIN
     IF EXISTS (SELECT FROM flow_limits AS fl WHERE fl.queue = p_queue) THEN
         RETURN true;
     END IF;
-    IF g IS NULL OR (g ->> 's')::bigint IS DISTINCT FROM seq OR (g ->> 't')::double precision <= extract(epoch FROM now()) - 5
-       OR (SELECT count(*) FROM jsonb_object_keys(g -> 'f')) >= 256 THEN
-        g := jsonb_build_object('s', seq, 't', extract(epoch FROM now()), 'f', '{}'::jsonb);
+    IF g IS NULL OR g ->> 'k' IS DISTINCT FROM k OR (g ->> 's')::bigint IS DISTINCT FROM seq
+       OR (g ->> 't')::double precision <= extract(epoch FROM now()) - 5 THEN
+        g := jsonb_build_object('k', k, 's', seq, 't', extract(epoch FROM now()), 'f', '{}'::jsonb);
     END IF;
-    g := jsonb_set(g, ARRAY['f', k], to_jsonb(greatest(p_id, coalesce((g -> 'f' ->> k)::bigint, 0))));
-    PERFORM set_config('qw.claim_floors', g::text, false);
+    g := jsonb_set(g, ARRAY['f', p_priority::text], to_jsonb(greatest(p_id, coalesce((g -> 'f' ->> p_priority::text)::bigint, 0))));
+    PERFORM set_config(slot, g::text, false);
     RETURN true;
 END $$;
+
+CREATE FUNCTION public.qw_claim_floor_slot(p_table text, p_queue text, p_tenant text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT 'qw.claim_floor_' || (hashtext(p_table || chr(31) || p_queue || chr(31) || p_tenant) & 255)
+$$;
 
 CREATE FUNCTION public.qw_claim_floors(p_table text, p_queue text, p_tenant text) RETURNS TABLE(priority integer, floor bigint)
     LANGUAGE sql STABLE
     AS $$
-    SELECT substr(e.key, length(p.prefix) + 1)::integer, e.value::bigint
-      FROM (SELECT nullif(current_setting('qw.claim_floors', true), '')::jsonb AS g,
-                   p_table || chr(31) || p_queue || chr(31) || p_tenant || chr(31) AS prefix) AS p
+    SELECT e.key::integer, e.value::bigint
+      FROM (SELECT nullif(current_setting(qw_claim_floor_slot(p_table, p_queue, p_tenant), true), '')::jsonb AS g
+            OFFSET 0) AS p  -- parsed once, not once per use
      CROSS JOIN LATERAL jsonb_each_text(p.g -> 'f') AS e
-     WHERE (p.g ->> 's')::bigint = (SELECT s.last_value FROM qw_requeue_seq AS s)
+     WHERE p.g ->> 'k' = p_table || chr(31) || p_queue || chr(31) || p_tenant
+       AND (p.g ->> 's')::bigint = (SELECT s.last_value FROM qw_requeue_seq AS s)
        AND (p.g ->> 't')::double precision > extract(epoch FROM now()) - 5
-       AND left(e.key, length(p.prefix)) = p.prefix
 $$;
 
 CREATE FUNCTION public.qw_deliver_event() RETURNS trigger

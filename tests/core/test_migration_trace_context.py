@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import psycopg
-from migration_chain import just_before
+from migration_chain import just_before, schema_now
 
 from queue_workflows import db
-from queue_workflows.ops import schema_dump
 
 TRACE = 54
 
@@ -20,16 +17,10 @@ def _columns(url: str, relation: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def _schema(url: str) -> str:
-    """The schema as it stands (schema_dump.dump would migrate to the latest first)."""
-    out = subprocess.run([schema_dump.pg_dump_path(), "--schema-only", "--no-owner", "--dbname", url], check=True, capture_output=True, text=True)
-    return schema_dump.normalize(out.stdout)
-
-
 def test_trace_context_reaches_history_and_the_views_and_its_down_restores_the_schema(scratch_database_url):
     url = scratch_database_url
     just_before(TRACE, url)
-    before = _schema(url)
+    before = schema_now(url)
     assert "trace_context" not in before
     db.bootstrap(url=url)
     for hot, history, view in (("ingest_jobs", "ingest_jobs_history", "ingest_jobs_all"),
@@ -37,5 +28,5 @@ def test_trace_context_reaches_history_and_the_views_and_its_down_restores_the_s
         assert "trace_context" in _columns(url, hot)
         assert _columns(url, history) == _columns(url, hot) == _columns(url, view), hot
     db.downgrade(TRACE - 1, url=url)
-    assert _schema(url) == before
+    assert schema_now(url) == before
     assert db.bootstrap(url=url) == [v for v in (m.version for m in db.discover()) if v >= TRACE]

@@ -137,3 +137,56 @@ def test_the_claim_index_scan_starts_at_the_floor(database_url):
     top = plan[0]["Plan"]
     buffers = int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
     assert buffers < 100, f"the claim touched {buffers} buffers behind 20,000 dead entries: its scans start before the floor"
+
+
+def _enqueue_for(tenants: list[str]) -> dict[str, int]:
+    rows = node_queue.enqueue_ingest_jobs({"task_name": "t", "queue": "fetch", "tenant": t} for t in tenants)
+    return {t: int(row["id"]) for t, row in zip(tenants, rows)}
+
+
+# Every setting a session may keep floors in: the 256 slots, and 0052's single one.
+_LONGEST_FLOORS = ("SELECT max(length(current_setting(n, true))) FROM "
+                   "(SELECT 'qw.claim_floor_' || i AS n FROM generate_series(0, 255) AS i UNION ALL SELECT 'qw.claim_floors') AS s")
+
+
+def test_a_claim_reads_only_its_own_tenants_floors(database_url):
+    """With floors for every tenant in one setting, a claim parsed and a note rewrote them all: at
+    100 tenants the fair claim ran at 0.6x a one-tenant queue (migration 0057)."""
+    tenants = [f"t{i}" for i in range(100)]
+    _enqueue_for(tenants + tenants)
+    with psycopg.connect(database_url) as conn:
+        for _ in tenants:
+            assert _claim(conn) is not None
+        biggest = conn.execute(_LONGEST_FLOORS).fetchone()[0]  # type: ignore[index]
+        floors = conn.execute("SELECT count(*) FROM qw_claim_floors('ingest_jobs', 'fetch', 't7')").fetchone()[0]  # type: ignore[index]
+    assert biggest < 200, f"a floor setting holds {biggest} characters after claims of 100 tenants: it keeps other tenants' floors"
+    assert floors == 1  # and the tenant's own floor is kept
+
+
+def _colliding_tenants(conn: psycopg.Connection) -> tuple[str, str]:
+    row = conn.execute(
+        "SELECT a.t, b.t FROM (SELECT 'a' || i AS t FROM generate_series(1, 600) AS i) AS a "
+        "JOIN (SELECT 'b' || i AS t FROM generate_series(1, 600) AS i) AS b "
+        "  ON qw_claim_floor_slot('ingest_jobs', 'fetch', a.t) = qw_claim_floor_slot('ingest_jobs', 'fetch', b.t) LIMIT 1"
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_tenants_sharing_a_floor_slot_never_read_each_others_floors(database_url):
+    with psycopg.connect(database_url) as conn:
+        a, b = _colliding_tenants(conn)
+        conn.rollback()
+        first = _enqueue_for([a, b])
+        _enqueue_for([a, b])
+        conn.execute("UPDATE tenant_shares SET active = false WHERE tenant = %s", (b,))  # the claims take a's jobs first
+        conn.commit()
+        assert _claim(conn) == first[a]
+        assert conn.execute("SELECT count(*) FROM qw_claim_floors('ingest_jobs', 'fetch', %s)", (b,)).fetchone()[0] == 0  # type: ignore[index]
+        conn.execute("UPDATE tenant_shares SET active = (tenant = %s)", (b,))
+        conn.commit()
+        assert _claim(conn) == first[b]  # b's band is probed whole, not from a's floor
+        floors = conn.execute("SELECT tenant, count(k.*) FROM (VALUES (%s), (%s)) AS v (tenant) "
+                              "LEFT JOIN LATERAL qw_claim_floors('ingest_jobs', 'fetch', v.tenant) AS k ON true GROUP BY tenant",
+                              (a, b)).fetchall()
+    assert dict(floors) == {a: 0, b: 1}  # b took the slot over: a's floor is gone, never read as b's
