@@ -56,6 +56,13 @@ def _env(url: str) -> dict[str, str]:
                        QW_HEARTBEAT_SECONDS="1")
 
 
+def _between_polls(url: str) -> bool:
+    """The namespace's worker has just ended a poll (its session's last statement, the promotion of due
+    jobs, ended under 0.2 s ago): a cut now finds it in its wait, no round trip of its in flight."""
+    return bool(query(url, "SELECT 1 FROM pg_stat_activity WHERE client_addr IS NOT NULL AND state = 'idle' "
+                           "AND query LIKE 'WITH due AS%' AND clock_timestamp() - state_change < interval '0.2 s'"))
+
+
 def _job(url: str, job_id: int) -> dict:
     [row] = query(url, "SELECT * FROM ingest_jobs WHERE id = %s", (job_id,))
     return row
@@ -156,6 +163,9 @@ def test_a_claim_whose_reply_comes_back_after_its_lease_is_never_run(
     late = procs._spawn("worker-fetch-late", netns.argv(sys.executable, "-m", "qw_services.worker", "--queue=fetch"), env)
     procs.orchestrator(_env(url))
     wait_workers_ready(url, [late])
+    # Cut between two of its polls (0.5 s apart): a cut during its first drain, or a poll, left that
+    # round trip's reply dropped and the worker waiting 60 s on it, so it never claimed the job (CI, once).
+    wait_until(lambda: _between_polls(url), timeout=10, interval=0.01, what=f"the worker between two polls\n{procs.logs()}")
     netns.cut("in")
     token = "late-reply"
     job_id = _enqueue(url, token, hold=3)
