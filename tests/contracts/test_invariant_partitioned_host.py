@@ -59,7 +59,7 @@ def _env(url: str) -> dict[str, str]:
 def _between_polls(url: str) -> bool:
     """The namespace's worker has just ended a poll (its session's last statement, the promotion of due
     jobs, ended under 0.2 s ago): a cut now finds it in its wait, no round trip of its in flight."""
-    return bool(query(url, "SELECT 1 FROM pg_stat_activity WHERE client_addr IS NOT NULL AND state = 'idle' "
+    return bool(query(url, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND client_addr IS NOT NULL AND state = 'idle' "
                            "AND query LIKE 'WITH due AS%' AND clock_timestamp() - state_change < interval '0.2 s'"))
 
 
