@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import psycopg
-from migration_chain import just_before, schema_now
+from migration_chain import just_before
 
 from queue_workflows import db
+from queue_workflows.ops.schema_dump import schema_of
 
 PLPGSQL = 56
 
@@ -31,7 +32,7 @@ def _activation(url: str, tenant: str) -> list[tuple[str, bool, float]]:
 def test_tenants_activate_in_plpgsql_up_and_down(scratch_database_url):
     url = scratch_database_url
     just_before(PLPGSQL, url)
-    before = schema_now(url)
+    before = schema_of(url)
     assert _language(url) == "sql"
     old = _activation(url, "acme")
     db.bootstrap(url=url)
@@ -41,4 +42,4 @@ def test_tenants_activate_in_plpgsql_up_and_down(scratch_database_url):
         conn.execute("DELETE FROM tenant_shares")
     assert _activation(url, "acme") == old == [("acme", True, 5.0), ("default", True, 5.0)]
     db.downgrade(PLPGSQL - 1, url=url)
-    assert schema_now(url) == before
+    assert schema_of(url) == before

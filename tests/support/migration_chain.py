@@ -4,11 +4,9 @@ migrations up to a version copied into a folder (applied alone beside an open re
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 from queue_workflows import db
-from queue_workflows.ops import schema_dump
 
 
 def chain_to(version: int, into: Path) -> Path:
@@ -27,9 +25,3 @@ def just_before(version: int, url: str) -> int:
     db.bootstrap(url=url)
     db.downgrade(before, url=url)
     return before
-
-
-def schema_now(url: str) -> str:
-    """The schema as it stands, normalized (schema_dump.dump would migrate to the latest first)."""
-    out = subprocess.run([schema_dump.pg_dump_path(), "--schema-only", "--no-owner", "--dbname", url], check=True, capture_output=True, text=True)
-    return schema_dump.normalize(out.stdout)

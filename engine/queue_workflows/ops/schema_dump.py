@@ -48,13 +48,18 @@ def migration_range() -> tuple[int, int]:
     return min(versions), max(versions)
 
 
+def schema_of(url: str) -> str:
+    """The schema of the database at `url` as it stands, normalized (migration tests compare these)."""
+    out = subprocess.run([pg_dump_path(), "--schema-only", "--no-owner", "--dbname", url],
+                         check=True, capture_output=True, text=True).stdout
+    return normalize(out)
+
+
 def dump(url: str) -> str:
     """Migrate the empty database `url` and return the snapshot text (header included)."""
     db.bootstrap(url=url)
-    out = subprocess.run([pg_dump_path(), "--schema-only", "--no-owner", "--dbname", url],
-                         check=True, capture_output=True, text=True).stdout
     first, last = migration_range()
-    return HEADER.format(first=first, last=last) + "\n" + normalize(out)
+    return HEADER.format(first=first, last=last) + "\n" + schema_of(url)
 
 
 def main(argv: list[str] | None = None) -> int:
