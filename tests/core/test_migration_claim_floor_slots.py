@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import psycopg
-from migration_chain import just_before, schema_now
+from migration_chain import just_before
 
 from queue_workflows import db, node_queue, register_ingest_task
 from queue_workflows.jobstore import Claimant
+from queue_workflows.ops.schema_dump import schema_of
 
 SLOTS = 57
 WORKER = Claimant("w-slots", 21)
@@ -14,9 +15,10 @@ WORKER = Claimant("w-slots", 21)
 
 def _claims_keep_a_floor(url: str) -> list[int]:
     """Two claims on one session: the ids claimed, after checking the first left a floor behind."""
-    node_queue.enqueue_ingest_jobs({"task_name": "t", "queue": "fetch"} for _ in range(2))
     claimed = []
     with psycopg.connect(url) as conn:
+        node_queue.enqueue_ingest_jobs(({"task_name": "t", "queue": "fetch"} for _ in range(2)), conn=conn)
+        conn.commit()
         for _ in range(2):
             claimed.append(node_queue.claim_ingest_job("fetch", WORKER, conn=conn)["id"])  # type: ignore[index]
             conn.commit()
@@ -24,18 +26,17 @@ def _claims_keep_a_floor(url: str) -> list[int]:
     return claimed
 
 
-def test_floor_slots_migrate_up_and_down_and_claims_keep_floors_on_both(scratch_database_url, monkeypatch):
+def test_floor_slots_migrate_up_and_down_and_claims_keep_floors_on_both(scratch_database_url):
     url = scratch_database_url
-    monkeypatch.setenv("QW_DATABASE_URL", url)
     register_ingest_task("t", lambda reason, args: args)
     just_before(SLOTS, url)
-    before = schema_now(url)
+    before = schema_of(url)
     assert "qw_claim_floor_slot" not in before
     first = _claims_keep_a_floor(url)
     assert db.bootstrap(url=url) == [v for v in (m.version for m in db.discover()) if v >= SLOTS]
-    assert "qw_claim_floor_slot" in schema_now(url)
+    assert "qw_claim_floor_slot" in schema_of(url)
     second = _claims_keep_a_floor(url)
     db.downgrade(SLOTS - 1, url=url)
-    assert schema_now(url) == before
+    assert schema_of(url) == before
     third = _claims_keep_a_floor(url)
     assert first + second + third == sorted(first + second + third)  # each claim took the oldest job
