@@ -208,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             cost_table(rates, ratios, large)
             print(f"\n   the claim's plan at {large:,} queued, {COST_CASES[-1][0]}:\n")
             print("\n".join("      " + line for line in plan.splitlines()))
-            for failure in cost_failures(ratios, args.quick):
+            missed = cost_failures(ratios, args.quick)
+            for failure in missed:
                 print(f"   FAILED: {failure}")
-            return 1 if cost_failures(ratios, args.quick) else 0
+            return 1 if missed else 0
         limit = 60.0 if args.quick else 120.0
         empty, _, _ = latency(server_url, procs, workers, 0, b_jobs, fair=True, limit=limit)
         busy, _, busy_ahead = latency(server_url, procs, workers, backlog, b_jobs, fair=True, limit=limit)

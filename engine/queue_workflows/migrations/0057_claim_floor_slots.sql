@@ -1,10 +1,10 @@
 -- Claim floors kept per (table, queue, tenant) in one of 256 session settings, chosen by a hash of
 -- the three, instead of all of a session's floors in one: a claim read, and a note rewrote, a JSON
--- object of every band the session had claimed from (up to 256), so with 100 tenants the fair claim
--- ran at 0.6x a one-tenant queue's. Now each reads and writes its own tenant's few bands; a slot that
--- holds another tenant's floors (a hash collision) is simply taken over. Same rules as 0052: a slot
--- is dropped 5 s after it started and at once when qw_requeue_seq moves; a queue with flow limits
--- keeps none.
+-- object of every band the session had claimed from (up to 256), so with 100 tenants claim +
+-- completion ran at 0.74x a one-tenant queue's over 1,000,000 queued. Now each reads and writes its
+-- own tenant's few bands; a slot that holds another tenant's floors (a hash collision) is simply
+-- taken over. Same rules as 0052: a slot is dropped 5 s after it started and at once when
+-- qw_requeue_seq moves; a queue with flow limits keeps none.
 CREATE OR REPLACE FUNCTION qw_claim_floor_slot(p_table text, p_queue text, p_tenant text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT 'qw.claim_floor_' || (hashtext(p_table || chr(31) || p_queue || chr(31) || p_tenant) & 255)
